@@ -1,0 +1,681 @@
+// SPDX-License-Identifier: MIT
+// The caching policy: PyTorch's native allocator rules over a cci_backend.
+//
+// Block life: FREE (in its pool's free set) -> ALLOCATED (in the live map) -> either FREE again
+// at once (freed on its own stream) or PENDING (waiting until the device has passed the free),
+// then FREE. Neighbouring FREE blocks of one segment are always merged.
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator_impl.h"
+#include "log.h"
+
+// uthash reports host out-of-memory through this flag instead of exiting the host process.
+static __thread int hash_oom;
+#undef uthash_nonfatal_oom
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+
+#define SMALL_SPLIT_MIN ((size_t)512)
+#define LARGE_SPLIT_MIN ((size_t)1 << 20)  // a large remainder must exceed 1 MiB to be split off
+
+// ---- statistics ---------------------------------------------------------------------------
+
+static void stat_add(cci_stat *s, int64_t d)
+{
+    s->current += d;
+    if (d > 0) {
+        s->allocated += d;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed -= d;
+    }
+}
+
+static void stat_pool(cci_stat *arr, int small, int64_t d)
+{
+    stat_add(&arr[CCI_POOL_ALL], d);
+    stat_add(&arr[pool_index(small)], d);
+}
+
+static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
+
+static void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                   size_t requested)
+{
+    if (!a->nobs)
+        return;
+    cci_event ev = {kind, a->device, stream, addr, size, requested};
+    for (int i = 0; i < a->nobs; i++)
+        a->obs[i].fn(a->obs[i].ud, &ev);
+}
+
+// ---- segments -----------------------------------------------------------------------------
+
+static size_t seg_search(const cci_allocator *a, uintptr_t p)
+{
+    size_t lo = 0, hi = a->nsegs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->segs[mid]->addr <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;  // first segment starting after p
+}
+
+cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p)
+{
+    size_t i = seg_search(a, p);
+    if (i == 0)
+        return NULL;
+    cci_segment *s = a->segs[i - 1];
+    return p - s->addr < s->size ? s : NULL;
+}
+
+// Makes room for one more segment entry, so that the insert after a successful reservation
+// cannot fail and leak device memory.
+static int seg_grow(cci_allocator *a)
+{
+    if (a->nsegs < a->segcap)
+        return 0;
+    size_t cap = a->segcap ? a->segcap * 2 : 64;
+    cci_segment **n = realloc(a->segs, cap * sizeof *n);
+    if (!n)
+        return -1;
+    a->segs = n;
+    a->segcap = cap;
+    return 0;
+}
+
+static void seg_insert(cci_allocator *a, cci_segment *s)
+{
+    size_t i = seg_search(a, s->addr);
+    memmove(&a->segs[i + 1], &a->segs[i], (a->nsegs - i) * sizeof *a->segs);
+    a->segs[i] = s;
+    a->nsegs++;
+}
+
+static void seg_remove(cci_allocator *a, cci_segment *s)
+{
+    size_t i = seg_search(a, s->addr) - 1;
+    memmove(&a->segs[i], &a->segs[i + 1], (a->nsegs - i - 1) * sizeof *a->segs);
+    a->nsegs--;
+}
+
+// Reserves a new segment able to hold `rounded` and returns its single free block (not yet in
+// the free set). NULL with *rc set when the device or the cap says no.
+static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uint64_t stream, int retry,
+                                int *rc)
+{
+    size_t size = cci_segment_size(rounded);
+    if (retry)
+        a->st.num_alloc_retries++;
+    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
+    if (a->capped && (size > a->allowed_max || reserved > a->allowed_max - size)) {
+        *rc = CCI_EOOM;
+        return NULL;
+    }
+    cci_segment *s = calloc(1, sizeof *s);
+    cci_block *b = calloc(1, sizeof *b);
+    if (!s || !b || seg_grow(a) != 0) {
+        free(s);
+        free(b);
+        *rc = CCI_EOOM;
+        return NULL;
+    }
+    uintptr_t addr;
+    *rc = a->be.ops->reserve(a->be.ctx, a->device, size, &addr);
+    if (*rc != CCI_OK) {
+        free(s);
+        free(b);
+        return NULL;
+    }
+    *s = (cci_segment){.addr = addr, .size = size, .stream = stream, .small = (uint8_t)small, .first = b};
+    seg_insert(a, s);
+    *b = (cci_block){.addr = addr, .size = size, .stream = stream, .seg = s, .small = (uint8_t)small};
+    stat_pool(a->st.segment, small, 1);
+    stat_pool(a->st.reserved_bytes, small, (int64_t)size);
+    if (is_oversize(a, size))
+        stat_add(&a->st.oversize_segments, 1);
+    a->st.num_device_alloc++;
+    notify(a, CCI_EV_SEGMENT_ALLOC, stream, addr, size, 0);
+    return b;
+}
+
+// Gives a whole free segment (one block, in the free set) back to the device.
+static void release_block(cci_allocator *a, cci_block *b)
+{
+    cci_segment *s = b->seg;
+    int small = s->small;
+    cci_tree_remove(&a->free_tree[small], b);
+    if (a->be.ops->release(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
+        cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment failed; forgetting it", a->device,
+                s->size);
+    seg_remove(a, s);
+    stat_pool(a->st.segment, small, -1);
+    stat_pool(a->st.reserved_bytes, small, -(int64_t)s->size);
+    if (is_oversize(a, s->size))
+        stat_add(&a->st.oversize_segments, -1);
+    a->st.num_device_free++;
+    notify(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size, 0);
+    free(b);
+    free(s);
+}
+
+static int is_whole(const cci_block *b) { return !b->prev && !b->next; }
+
+// ---- the free set -------------------------------------------------------------------------
+
+static void free_set_insert(cci_allocator *a, cci_block *b)
+{
+    b->state = BLOCK_FREE;
+    b->requested = 0;
+    b->gc_base = a->free_searches[b->small];
+    cci_tree_insert(&a->free_tree[b->small], b);
+}
+
+static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+{
+    if (a->cfg.gc_threshold > 0)
+        a->free_searches[small]++;
+    cci_block *b = cci_tree_lower_bound(a->free_tree[small], stream, rounded, 0);
+    if (!b || b->stream != stream)
+        return NULL;
+    size_t limit = a->cfg.max_split_size;
+    if (rounded < limit && b->size >= limit)
+        return NULL;  // a small request never takes an oversize block
+    if (rounded >= limit && b->size - rounded >= a->cfg.max_non_split_rounding)
+        return NULL;  // nor a large one a block much larger than it
+    cci_tree_remove(&a->free_tree[small], b);
+    return b;
+}
+
+// Returns b to the free set, merging with free neighbours, and keeps the active and
+// inactive-split counters in step.
+static void free_block(cci_allocator *a, cci_block *b)
+{
+    size_t orig = b->size;
+    int64_t net_blocks = 0, net_bytes = 0;
+    cci_block *cands[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        cci_block *c = cands[i];
+        if (!c || c->state != BLOCK_FREE)
+            continue;
+        cci_tree_remove(&a->free_tree[c->small], c);
+        if (c == b->prev) {
+            b->addr = c->addr;
+            b->prev = c->prev;
+            if (b->prev)
+                b->prev->next = b;
+            else
+                b->seg->first = b;
+        } else {
+            b->next = c->next;
+            if (b->next)
+                b->next->prev = b;
+        }
+        b->size += c->size;
+        net_blocks--;
+        net_bytes -= (int64_t)c->size;
+        free(c);
+    }
+    free_set_insert(a, b);
+    if (!is_whole(b)) {
+        net_blocks++;
+        net_bytes += (int64_t)b->size;
+    }
+    stat_pool(a->st.inactive_split, b->small, net_blocks);
+    stat_pool(a->st.inactive_split_bytes, b->small, net_bytes);
+    stat_pool(a->st.active, b->small, -1);
+    stat_pool(a->st.active_bytes, b->small, -(int64_t)orig);
+}
+
+static int should_split(const cci_allocator *a, const cci_block *b, size_t rounded)
+{
+    size_t rest = b->size - rounded;
+    if (b->small)
+        return rest >= SMALL_SPLIT_MIN;
+    return rounded < a->cfg.max_split_size && rest > LARGE_SPLIT_MIN;
+}
+
+// Hands out b (taken from the free set or fresh from a segment) for a request.
+static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t requested)
+{
+    int was_split = !is_whole(b);
+    cci_block *rest = NULL;
+    if (should_split(a, b, rounded) && (rest = malloc(sizeof *rest)) != NULL) {
+        *rest = (cci_block){.addr = b->addr + rounded, .size = b->size - rounded, .stream = b->stream,
+                            .prev = b, .next = b->next, .seg = b->seg, .small = b->small};
+        if (b->next)
+            b->next->prev = rest;
+        b->next = rest;
+        b->size = rounded;
+        free_set_insert(a, rest);
+        if (was_split) {
+            stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)rounded);
+        } else {
+            stat_pool(a->st.inactive_split_bytes, b->small, (int64_t)rest->size);
+            stat_pool(a->st.inactive_split, b->small, 1);
+        }
+    } else if (was_split) {
+        stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)b->size);
+        stat_pool(a->st.inactive_split, b->small, -1);
+    }
+    b->state = BLOCK_ALLOCATED;
+    b->requested = requested;
+    hash_oom = 0;
+    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), b);
+    if (hash_oom) {
+        // Undo as if it had been freed at once: the host is out of memory, not the device.
+        stat_pool(a->st.active, b->small, 1);
+        stat_pool(a->st.active_bytes, b->small, (int64_t)b->size);
+        free_block(a, b);
+        return CCI_EOOM;
+    }
+    stat_pool(a->st.allocation, b->small, 1);
+    stat_pool(a->st.allocated_bytes, b->small, (int64_t)b->size);
+    stat_pool(a->st.active, b->small, 1);
+    stat_pool(a->st.active_bytes, b->small, (int64_t)b->size);
+    stat_pool(a->st.requested_bytes, b->small, (int64_t)requested);
+    if (is_oversize(a, b->size))
+        stat_add(&a->st.oversize_allocations, 1);
+    notify(a, CCI_EV_ALLOC, b->stream, b->addr, b->size, requested);
+    return CCI_OK;
+}
+
+// ---- deferred frees -----------------------------------------------------------------------
+
+static void complete_pending(cci_allocator *a, uint64_t upto)
+{
+    while (a->pend_head && a->pend_head->pending_seq < upto) {
+        cci_block *b = a->pend_head;
+        a->pend_head = b->pend_next;
+        if (!a->pend_head)
+            a->pend_tail = NULL;
+        a->pend_count--;
+        a->pend_bytes -= b->size;
+        HASH_DELETE(hh, a->live, b);
+        uintptr_t addr = b->addr;
+        size_t size = b->size;
+        uint64_t stream = b->stream;
+        free_block(a, b);
+        notify(a, CCI_EV_FREE_COMPLETED, stream, addr, size, 0);
+    }
+}
+
+// Makes every free issued so far reusable. Drops the lock around the device synchronisation
+// (another thread may be waiting to free or allocate), so callers must search again afterwards.
+// Returns 0 when nothing was pending or the sync failed (e.g. during a graph capture).
+static int sync_pending(cci_allocator *a)
+{
+    if (!a->pend_head)
+        return 0;
+    uint64_t upto = a->pend_seq;
+    if (a->be.ops->synchronize) {
+        pthread_mutex_unlock(&a->lock);
+        int rc = a->be.ops->synchronize(a->be.ctx, a->device);
+        pthread_mutex_lock(&a->lock);
+        if (rc != CCI_OK)
+            return 0;
+        a->st.num_sync_all_streams++;
+    }
+    complete_pending(a, upto);
+    return 1;
+}
+
+static int pending_batch_full(const cci_allocator *a)
+{
+    if (!a->pend_head)
+        return 0;
+    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
+    size_t limit = reserved / PENDING_RESERVED_DIVISOR;
+    if (limit < PENDING_MIN_BYTES)
+        limit = PENDING_MIN_BYTES;
+    return a->pend_count >= PENDING_BATCH || a->pend_bytes >= limit;
+}
+
+// ---- reclaiming ---------------------------------------------------------------------------
+
+// Collects whole free segments from a free set, up to `cap` of them.
+struct whole_list {
+    cci_block **v;
+    size_t n, cap;
+    uint64_t clock;
+    double min_age;  // GC: only blocks at least this old; <0 = any
+};
+
+static int collect_whole(cci_block *b, void *ud)
+{
+    struct whole_list *w = ud;
+    if (!is_whole(b))
+        return 0;
+    if (w->min_age >= 0 && (double)(w->clock - b->gc_base) < w->min_age)
+        return 0;
+    w->v[w->n++] = b;
+    return w->n == w->cap;
+}
+
+// Releases every whole free segment of both pools. Walks in chunks so that no host memory is
+// needed for it (we may be here because the host is short of memory too).
+static void release_cached_all(cci_allocator *a)
+{
+    cci_block *chunk[256];
+    for (int pool = 0; pool < 2; pool++) {
+        for (;;) {
+            struct whole_list w = {chunk, 0, 256, 0, -1};
+            cci_tree_walk(a->free_tree[pool], collect_whole, &w);
+            for (size_t i = 0; i < w.n; i++)
+                release_block(a, chunk[i]);
+            if (w.n < w.cap)
+                break;
+        }
+    }
+}
+
+// Frees cached oversize blocks that could serve this request: the smallest sufficient one, or
+// else the largest ones of the stream until enough is released. Only with a split limit set.
+static int release_available(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+{
+    size_t limit = a->cfg.max_split_size;
+    if (limit == SIZE_MAX)
+        return 0;
+    size_t key = rounded < limit ? limit : rounded;
+    cci_block *b = cci_tree_lower_bound(a->free_tree[small], stream, key, 0);
+    if (b && b->stream == stream) {
+        if (!is_whole(b))
+            return 0;
+        release_block(a, b);
+        return 1;
+    }
+    size_t released = 0;
+    b = cci_tree_before(a->free_tree[small], stream, key, 0);
+    while (b && released < key && b->size >= limit && b->stream == stream) {
+        cci_block *prev = cci_tree_before(a->free_tree[small], b->stream, b->size, b->addr);
+        if (is_whole(b)) {
+            released += b->size;
+            release_block(a, b);
+        }
+        b = prev;
+    }
+    return released >= key;
+}
+
+struct age_sum {
+    uint64_t clock;
+    double total;
+    size_t count;
+};
+
+static int sum_age(cci_block *b, void *ud)
+{
+    struct age_sum *s = ud;
+    if (is_whole(b)) {
+        s->total += (double)(s->clock - b->gc_base);
+        s->count++;
+    }
+    return 0;
+}
+
+// garbage_collection_threshold: once reserved memory passes threshold × allowed maximum, give
+// back whole cached large segments that have waited longest since their last reuse (age counted
+// in free-set searches: at or above the average age of such segments first), until under it.
+static void garbage_collect(cci_allocator *a)
+{
+    size_t limit = (size_t)(a->cfg.gc_threshold * (double)a->allowed_max);
+    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
+    if (reserved <= limit)
+        return;
+    size_t target = reserved - limit, reclaimed = 0;
+    uint64_t clock = a->free_searches[0];
+    struct age_sum s = {clock, 0, 0};
+    cci_tree_walk(a->free_tree[0], sum_age, &s);
+    cci_block *chunk[256];
+    int freed = 1;
+    while (reclaimed < target && freed && s.count > 0) {
+        double threshold = s.total / (double)s.count;
+        freed = 0;
+        for (;;) {
+            struct whole_list w = {chunk, 0, 256, clock, threshold};
+            cci_tree_walk(a->free_tree[0], collect_whole, &w);
+            for (size_t i = 0; i < w.n; i++) {
+                s.total -= (double)(clock - chunk[i]->gc_base);
+                s.count--;
+                reclaimed += chunk[i]->size;
+                release_block(a, chunk[i]);
+                freed = 1;
+            }
+            if (w.n < w.cap)
+                break;
+        }
+    }
+}
+
+// ---- public entry points ------------------------------------------------------------------
+
+cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend be)
+{
+    cci_allocator *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    pthread_mutex_init(&a->lock, NULL);
+    a->device = device;
+    a->cfg = *cfg;
+    a->be = be;
+    a->capacity = be.ops->capacity ? be.ops->capacity(be.ctx, device) : 0;
+    size_t base = a->capacity ? a->capacity : SIZE_MAX;
+    a->capped = cfg->memory_fraction > 0 && a->capacity;
+    a->allowed_max = a->capped ? (size_t)(cfg->memory_fraction * (double)a->capacity) : base;
+    a->st.size = sizeof a->st;
+    a->st.version = CCI_STATS_VERSION;
+    a->st.max_split_size = cfg->max_split_size == SIZE_MAX ? UINT64_MAX : cfg->max_split_size;
+    a->st.device_capacity = a->capacity;
+    return a;
+}
+
+void cci_allocator_destroy(cci_allocator *a, int release_segments)
+{
+    if (!a)
+        return;
+    HASH_CLEAR(hh, a->live);
+    for (size_t i = 0; i < a->nsegs; i++) {
+        cci_segment *s = a->segs[i];
+        if (release_segments)
+            a->be.ops->release(a->be.ctx, a->device, s->addr, s->size);
+        for (cci_block *b = s->first, *n; b; b = n) {
+            n = b->next;
+            free(b);
+        }
+        free(s);
+    }
+    free(a->segs);
+    cci_layout_free(&a->peak);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
+{
+    pthread_mutex_lock(&a->lock);
+    int rc = -1;
+    if (a->nobs < CCI_MAX_OBSERVERS) {
+        a->obs[a->nobs].fn = fn;
+        a->obs[a->nobs].ud = ud;
+        a->nobs++;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void cci_allocator_track_peak(cci_allocator *a, int on)
+{
+    pthread_mutex_lock(&a->lock);
+    a->track_peak = on;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void remember_peak(cci_allocator *a)
+{
+    cci_layout l;
+    if (cci__layout_fill(a, &l) != 0)
+        return;  // a missing peak picture is better than a failed allocation
+    cci_layout_free(&a->peak);
+    a->peak = l;
+    a->have_peak = 1;
+}
+
+int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
+{
+    size_t rounded = cci_round_size(&a->cfg, size);
+    int small = cci_is_small(rounded);
+    int rc = CCI_OK;
+    pthread_mutex_lock(&a->lock);
+    cci_block *b = take_free_block(a, rounded, small, stream);
+    if (!b && pending_batch_full(a) && sync_pending(a))
+        b = take_free_block(a, rounded, small, stream);
+    int new_segment = 0;
+    if (!b) {
+        if (a->cfg.gc_threshold > 0)
+            garbage_collect(a);
+        new_segment = 1;
+        b = alloc_segment(a, rounded, small, stream, 0, &rc);
+        if (!b && rc == CCI_EOOM && release_available(a, rounded, small, stream))
+            b = alloc_segment(a, rounded, small, stream, 0, &rc);
+        if (!b && rc == CCI_EOOM) {
+            // Last resort, as a real cudaFree would: wait for the device, then give back every
+            // whole cached segment. Another thread may have freed meanwhile: look again first.
+            if (sync_pending(a) && (b = take_free_block(a, rounded, small, stream)) != NULL)
+                new_segment = 0;
+            if (!b) {
+                release_cached_all(a);
+                b = alloc_segment(a, rounded, small, stream, 1, &rc);
+            }
+        }
+    }
+    if (!b) {
+        if (rc == CCI_EOOM) {
+            a->st.num_ooms++;
+            notify(a, CCI_EV_OOM, stream, 0, rounded, size);
+        }
+        pthread_mutex_unlock(&a->lock);
+        return rc == CCI_OK ? CCI_EOOM : rc;
+    }
+    rc = hand_out(a, b, rounded, size);
+    if (rc == CCI_OK) {
+        *out = b->addr;
+        if (new_segment && a->track_peak &&
+            a->st.reserved_bytes[CCI_POOL_ALL].current == a->st.reserved_bytes[CCI_POOL_ALL].peak)
+            remember_peak(a);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+static int classify_unknown(cci_allocator *a, uintptr_t p)
+{
+    return cci__segment_of(a, p) ? CCI_EINVAL : CCI_ENOTOURS;
+}
+
+int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)
+{
+    pthread_mutex_lock(&a->lock);
+    cci_block *b;
+    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
+    if (!b || b->state != BLOCK_ALLOCATED) {
+        int rc = b ? CCI_EINVAL : classify_unknown(a, ptr);
+        pthread_mutex_unlock(&a->lock);
+        return rc;
+    }
+    stat_pool(a->st.allocation, b->small, -1);
+    stat_pool(a->st.allocated_bytes, b->small, -(int64_t)b->size);
+    stat_pool(a->st.requested_bytes, b->small, -(int64_t)b->requested);
+    if (is_oversize(a, b->size))
+        stat_add(&a->st.oversize_allocations, -1);
+    notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, 0);
+    if (mode == CCI_FREE_DEFERRED || stream != b->stream) {
+        b->state = BLOCK_PENDING;
+        b->pending_seq = a->pend_seq++;
+        b->pend_next = NULL;
+        if (a->pend_tail)
+            a->pend_tail->pend_next = b;
+        else
+            a->pend_head = b;
+        a->pend_tail = b;
+        a->pend_count++;
+        a->pend_bytes += b->size;
+    } else {
+        HASH_DELETE(hh, a->live, b);
+        size_t size = b->size;
+        free_block(a, b);
+        notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return CCI_OK;
+}
+
+int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                   size_t *segment_size)
+{
+    pthread_mutex_lock(&a->lock);
+    cci_segment *s = cci__segment_of(a, ptr);
+    cci_block *b = NULL;
+    if (s)
+        for (b = s->first; b && !(ptr - b->addr < b->size); b = b->next)
+            ;
+    int rc = !s ? CCI_ENOTOURS : (b && b->state == BLOCK_ALLOCATED) ? CCI_OK : CCI_EINVAL;
+    if (rc == CCI_OK) {
+        if (block)
+            *block = b->addr;
+        if (block_size)
+            *block_size = b->size;
+        if (segment)
+            *segment = s->addr;
+        if (segment_size)
+            *segment_size = s->size;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void cci_alloc_empty_cache(cci_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    sync_pending(a);
+    release_cached_all(a);
+    pthread_mutex_unlock(&a->lock);
+}
+
+size_t cci_cached_free_bytes(cci_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    size_t n = (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - a->st.active_bytes[CCI_POOL_ALL].current);
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+void cci_alloc_stats(cci_allocator *a, cci_stats *out)
+{
+    pthread_mutex_lock(&a->lock);
+    *out = a->st;
+    out->largest_free_block = cci__largest_free(a);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void cci_alloc_reset_peaks(cci_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    cci_stat *all[] = {a->st.allocation, a->st.segment, a->st.active, a->st.inactive_split,
+                       a->st.allocated_bytes, a->st.reserved_bytes, a->st.active_bytes,
+                       a->st.inactive_split_bytes, a->st.requested_bytes};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        for (int p = 0; p < CCI_POOL_KINDS; p++)
+            all[i][p].peak = all[i][p].current;
+    a->st.oversize_allocations.peak = a->st.oversize_allocations.current;
+    a->st.oversize_segments.peak = a->st.oversize_segments.current;
+    pthread_mutex_unlock(&a->lock);
+}
+
+const cci_config *cci_allocator_config(const cci_allocator *a) { return &a->cfg; }
+int cci_allocator_device(const cci_allocator *a) { return a->device; }

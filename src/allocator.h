@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// One caching allocator instance per device: PyTorch's native policy on top of a cci_backend.
+#ifndef CCI_ALLOCATOR_H
+#define CCI_ALLOCATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "ccinterpose.h"
+#include "config.h"
+
+typedef struct cci_allocator cci_allocator;
+
+/// What a free does to the block's reusability.
+typedef enum cci_free_mode {
+    CCI_FREE_NOW,       ///< reusable at once on the block's own stream (cudaFreeAsync on that stream)
+    CCI_FREE_DEFERRED,  ///< reusable only after the backend has synchronised the device
+} cci_free_mode;
+
+/// Events an observer (trace recorder, report timeline) sees, in PyTorch snapshot vocabulary.
+typedef enum cci_event_kind {
+    CCI_EV_ALLOC, CCI_EV_FREE_REQUESTED, CCI_EV_FREE_COMPLETED,
+    CCI_EV_SEGMENT_ALLOC, CCI_EV_SEGMENT_FREE, CCI_EV_OOM,
+} cci_event_kind;
+
+typedef struct cci_event {
+    cci_event_kind kind;
+    int device;
+    uint64_t stream;
+    uintptr_t addr;
+    size_t size;       ///< block or segment size (rounded)
+    size_t requested;  ///< what the program asked for (alloc and OOM only)
+} cci_event;
+
+/// Called under the allocator lock: keep it short, never call back into the allocator.
+/// Up to CCI_MAX_OBSERVERS may be attached (trace recorder, report timeline).
+typedef void (*cci_observer_fn)(void *ud, const cci_event *ev);
+
+/// Creates the allocator of `device`. The configuration is copied. NULL on host out-of-memory.
+cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend backend);
+/// Destroys it. release_segments = 1 gives every segment back to the backend first; 0 forgets
+/// them (a fork child, or exit when the device is already gone).
+void cci_allocator_destroy(cci_allocator *a, int release_segments);
+
+#define CCI_MAX_OBSERVERS 4
+/// Attaches an observer; returns 0, or -1 when all slots are taken.
+int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud);
+
+/// Hands out a block of at least `size` bytes on `stream` (size 0 gets the minimum block).
+/// CCI_OK and *out, CCI_EOOM after every retry, CCI_EBACKEND when the device failed otherwise.
+int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out);
+/// Frees a block. `stream` is where the program freed it; a block freed on another stream than
+/// its own is always deferred. CCI_OK, CCI_EINVAL (inside a segment of ours but not a live block
+/// start: a double free or an interior pointer), or CCI_ENOTOURS (not ours at all).
+int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode);
+
+/// Looks up a live block. CCI_OK with its start, size and the segment around it; CCI_EINVAL /
+/// CCI_ENOTOURS as cci_free. `ptr` may point anywhere inside the block. Outputs may be NULL.
+int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *block_size,
+                   uintptr_t *segment, size_t *segment_size);
+
+/// Makes every deferred free reusable (synchronising the device if any are pending) and gives
+/// every whole cached segment back to the backend.
+void cci_alloc_empty_cache(cci_allocator *a);
+/// Bytes cached (reserved but not allocated and reusable) — what cudaMemGetInfo may count as free.
+size_t cci_cached_free_bytes(cci_allocator *a);
+
+/// A consistent copy of the statistics.
+void cci_alloc_stats(cci_allocator *a, cci_stats *out);
+/// Resets peaks to the current values (torch.cuda.reset_peak_memory_stats).
+void cci_alloc_reset_peaks(cci_allocator *a);
+const cci_config *cci_allocator_config(const cci_allocator *a);
+int cci_allocator_device(const cci_allocator *a);
+
+// ---- snapshot of the block layout (for reports and for the model check) -------------------
+typedef struct cci_block_desc {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;   ///< 0 for free blocks
+    int state;          ///< 0 free, 1 allocated, 2 freed but waiting (deferred)
+} cci_block_desc;
+
+typedef struct cci_segment_desc {
+    uintptr_t addr;
+    size_t size;
+    uint64_t stream;
+    int small_pool;
+    size_t nblocks;
+    cci_block_desc *blocks;  ///< points into cci_layout.block_storage
+} cci_segment_desc;
+
+typedef struct cci_layout {
+    size_t nsegments;
+    cci_segment_desc *segments;   ///< ordered by address
+    cci_block_desc *block_storage;
+    cci_stats stats;              ///< taken in the same critical section
+} cci_layout;
+
+/// Copies the whole layout under the lock. 0 or -1 (host out-of-memory). Free with cci_layout_free.
+int cci_layout_take(cci_allocator *a, cci_layout *out);
+void cci_layout_free(cci_layout *l);
+/// Keeps a copy of the layout each time reserved memory reaches a new peak (for reports).
+void cci_allocator_track_peak(cci_allocator *a, int on);
+/// The layout at the last reserved peak; -1 when none was kept.
+int cci_layout_take_peak(cci_allocator *a, cci_layout *out);
+
+/// Runs the expensive whole-structure invariant check (test builds): -1 and a message on failure.
+int cci_allocator_check(cci_allocator *a, char *msg, size_t msglen);
+
+// ---- rounding rules (rounding.c), exported for tests and the replay tool -------------------
+size_t cci_round_size(const cci_config *c, size_t size);
+size_t cci_segment_size(size_t rounded);
+int cci_is_small(size_t rounded);
+
+#endif

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// The simulated device: address ranges without memory behind them.
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "backend.h"
+
+#define SIM_BASE ((uintptr_t)0x7f0000000000ull)
+#define SIM_ALIGN ((uintptr_t)2 << 20)
+
+struct cci_sim_device {
+    pthread_mutex_t lock;
+    size_t capacity;
+    size_t reserved;
+    size_t segments;
+    uintptr_t next;          // addresses are never reused, so a stale pointer can never alias
+    uint64_t fail_countdown; // fault injection: 0 = off
+};
+
+static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
+{
+    cci_sim_device *s = ctx;
+    int rc = CCI_OK;
+    pthread_mutex_lock(&s->lock);
+    if (s->fail_countdown && --s->fail_countdown == 0) {
+        rc = CCI_EOOM;
+    } else if (size > s->capacity - s->reserved) {
+        rc = CCI_EOOM;
+    } else {
+        *addr = s->next;
+        s->next += (size + SIM_ALIGN - 1) & ~(SIM_ALIGN - 1);
+        s->reserved += size;
+        s->segments++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_release(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    cci_sim_device *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = (size <= s->reserved && s->segments) ? CCI_OK : CCI_EBACKEND;
+    if (rc == CCI_OK) {
+        s->reserved -= size;
+        s->segments--;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static size_t sim_capacity(void *ctx, int device) { return ((cci_sim_device *)ctx)->capacity; }
+
+static const cci_backend_ops sim_ops = {
+    .reserve = sim_reserve,
+    .release = sim_release,
+    .capacity = sim_capacity,
+    .synchronize = NULL,
+};
+
+cci_sim_device *cci_sim_create(size_t capacity)
+{
+    cci_sim_device *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    s->capacity = capacity;
+    s->next = SIM_BASE;
+    return s;
+}
+
+void cci_sim_destroy(cci_sim_device *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+cci_backend cci_sim_backend(cci_sim_device *s) { return (cci_backend){.ops = &sim_ops, .ctx = s}; }
+
+void cci_sim_fail_reserve_at(cci_sim_device *s, uint64_t n)
+{
+    pthread_mutex_lock(&s->lock);
+    s->fail_countdown = n;
+    pthread_mutex_unlock(&s->lock);
+}
+
+size_t cci_sim_reserved(const cci_sim_device *s) { return s->reserved; }
+size_t cci_sim_segments(const cci_sim_device *s) { return s->segments; }

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+// Internal shapes of the core: blocks, segments, and the ordered set of free blocks.
+#ifndef CCI_BLOCK_H
+#define CCI_BLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+
+enum { BLOCK_FREE = 0, BLOCK_ALLOCATED = 1, BLOCK_PENDING = 2 };
+
+typedef struct cci_segment cci_segment;
+
+typedef struct cci_block {
+    uintptr_t addr;
+    size_t size;
+    size_t requested;         // what the program asked for; 0 while free
+    uint64_t stream;
+    struct cci_block *prev;   // address-order neighbours inside the segment
+    struct cci_block *next;
+    cci_segment *seg;
+    struct cci_block *left;   // free-set links (treap), valid while state == BLOCK_FREE
+    struct cci_block *right;
+    uint32_t prio;
+    uint8_t state;
+    uint8_t small;
+    uint64_t gc_base;         // pool's free-search count when the block entered the free set
+    uint64_t pending_seq;     // deferred-free ticket
+    struct cci_block *pend_next;
+    UT_hash_handle hh;        // live-block map, keyed by addr
+} cci_block;
+
+struct cci_segment {
+    uintptr_t addr;
+    size_t size;
+    uint64_t stream;
+    uint8_t small;
+    cci_block *first;
+};
+
+// The free set: blocks ordered by (stream, size, addr). A treap with address-derived priorities
+// keeps it deterministic, so replays give the same answer on every run.
+void cci_tree_insert(cci_block **root, cci_block *b);
+void cci_tree_remove(cci_block **root, cci_block *b);
+/// First block with key >= (stream, size, addr), or NULL.
+cci_block *cci_tree_lower_bound(cci_block *root, uint64_t stream, size_t size, uintptr_t addr);
+/// Last block with key < (stream, size, addr), or NULL.
+cci_block *cci_tree_before(cci_block *root, uint64_t stream, size_t size, uintptr_t addr);
+/// In-order walk; stops early when fn returns non-zero.
+int cci_tree_walk(cci_block *root, int (*fn)(cci_block *b, void *ud), void *ud);
+
+#endif

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// The allocator configuration: one struct, one parser for the PYTORCH_CUDA_ALLOC_CONF grammar.
+#ifndef CCI_CONFIG_H
+#define CCI_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// PyTorch keeps one roundup_power2_divisions entry per power-of-two interval from 1 MiB up to
+// 64 GiB (index = log2(size) - 20, clamped to [0, 15]); we keep the same table.
+#define CCI_ROUNDUP_INTERVALS 16
+
+typedef struct cci_config {
+    size_t max_split_size;           ///< bytes; SIZE_MAX = no limit (default)
+    size_t max_non_split_rounding;   ///< bytes; default 20 MiB
+    unsigned roundup_divisions[CCI_ROUNDUP_INTERVALS]; ///< 0 or 1 = plain 512-byte rounding
+    double gc_threshold;             ///< garbage_collection_threshold in (0,1); 0 = off
+    double memory_fraction;          ///< per_process_memory_fraction in (0,1]; 0 = no cap
+    int backend_async;               ///< backend:cudaMallocAsync: we step aside (pass-through)
+    int expandable_segments;         ///< accepted, not honoured yet (warned)
+    int release_lock_on_cudamalloc;  ///< accepted; we never hold our lock across device calls anyway
+    int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
+    int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
+} cci_config;
+
+void cci_config_default(cci_config *c);
+
+// Parses a `key:value,key:value` string over the defaults already in *c.
+// Returns 0 when the whole string is valid. On the first error returns -1 and writes one line
+// (no trailing newline) into err: the variable name, the key, the problem and the accepted form.
+// Keys that are accepted but not honoured add a one-line notice through `warn` (may be NULL) and
+// do not make the parse fail.
+int cci_config_parse(cci_config *c, const char *str, const char *varname, char *err, size_t errlen,
+                     void (*warn)(const char *line, void *ud), void *ud);
+
+// Writes the effective configuration in the same grammar (canonical form, every key).
+// Returns the length that the full string needs (like snprintf).
+int cci_config_format(const cci_config *c, char *buf, size_t len);
+
+#endif
