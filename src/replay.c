@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+// Replays a recorded allocation history through the core: the same requests in the same order,
+// each block reusable again at its free_completed event, as it was in the recorded program.
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay.h"
+
+#define MAX_DEVICES 64
+
+// Open-addressing map from (device, recorded address) to our address. Replays run millions of
+// events a second; a malloc per live block would dominate.
+typedef struct addr_map {
+    uint64_t *keys;  // 0 = empty, UINT64_MAX = deleted
+    uint64_t *vals;
+    size_t cap, used;
+} addr_map;
+
+static uint64_t map_key(uint32_t dev, uint64_t addr) { return (addr ^ ((uint64_t)dev << 56)) | 1ull << 63; }
+static size_t map_slot(uint64_t k, size_t cap) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
+
+static int map_grow(addr_map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 1024;
+    uint64_t *k = calloc(cap, sizeof *k), *v = calloc(cap, sizeof *v);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (m->keys[i] == 0 || m->keys[i] == UINT64_MAX)
+            continue;
+        size_t j = map_slot(m->keys[i], cap);
+        while (k[j])
+            j = (j + 1) & (cap - 1);
+        k[j] = m->keys[i];
+        v[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = k;
+    m->vals = v;
+    m->cap = cap;
+    m->used = 0;
+    for (size_t i = 0; i < cap; i++)
+        m->used += k[i] != 0;
+    return 0;
+}
+
+static int map_put(addr_map *m, uint64_t key, uint64_t val)
+{
+    if ((m->used + 1) * 2 > m->cap && map_grow(m) != 0)
+        return -1;
+    size_t j = map_slot(key, m->cap);
+    while (m->keys[j] && m->keys[j] != UINT64_MAX && m->keys[j] != key)
+        j = (j + 1) & (m->cap - 1);
+    if (m->keys[j] == 0)
+        m->used++;
+    m->keys[j] = key;
+    m->vals[j] = val;
+    return 0;
+}
+
+static int map_take(addr_map *m, uint64_t key, uint64_t *val)
+{
+    if (!m->cap)
+        return 0;
+    size_t j = map_slot(key, m->cap);
+    while (m->keys[j]) {
+        if (m->keys[j] == key) {
+            *val = m->vals[j];
+            m->keys[j] = UINT64_MAX;
+            return 1;
+        }
+        j = (j + 1) & (m->cap - 1);
+    }
+    return 0;
+}
+
+int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_replay_result *res)
+{
+    memset(res, 0, sizeof *res);
+    cci_sim_device *sims[MAX_DEVICES] = {0};
+    cci_allocator *allocs[MAX_DEVICES] = {0};
+    addr_map map = {0};
+    int rc = 0;
+    size_t cap = capacity ? capacity : SIZE_MAX / 2;
+    for (size_t i = 0; i < t->n && !rc; i++) {
+        const cci_trace_event *e = &t->ev[i];
+        uint32_t d = e->device % MAX_DEVICES;
+        if (!allocs[d]) {
+            sims[d] = cci_sim_create(cap);
+            allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
+            if (!allocs[d]) {
+                rc = -1;
+                break;
+            }
+        }
+        res->events++;
+        uint64_t ours;
+        switch (e->action) {
+        case CCI_TA_ALLOC: {
+            uintptr_t p = 0;
+            res->allocs++;
+            if (cci_malloc(allocs[d], e->size, e->stream, &p) != CCI_OK) {
+                res->failed_allocs++;
+                break;
+            }
+            if (map_put(&map, map_key(d, e->addr), p) != 0)
+                rc = -1;
+            break;
+        }
+        case CCI_TA_FREE_COMPLETED:
+            if (!map_take(&map, map_key(d, e->addr), &ours)) {
+                res->unmatched_frees++;
+                break;
+            }
+            res->frees++;
+            cci_free(allocs[d], ours, e->stream, CCI_FREE_NOW);
+            break;
+        default:
+            break;  // our own segments and OOMs follow from the requests
+        }
+    }
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        if (!allocs[d])
+            continue;
+        cci_stats st;
+        cci_alloc_stats(allocs[d], &st);
+        if (!res->stats.size)
+            res->stats = st;
+        res->peak_allocated += (uint64_t)st.allocated_bytes[CCI_POOL_ALL].peak;
+        res->peak_reserved += (uint64_t)st.reserved_bytes[CCI_POOL_ALL].peak;
+        res->num_device_alloc += st.num_device_alloc;
+        res->num_ooms += st.num_ooms;
+        res->num_alloc_retries += st.num_alloc_retries;
+        cci_allocator_destroy(allocs[d], 1);
+        cci_sim_destroy(sims[d]);
+    }
+    free(map.keys);
+    free(map.vals);
+    return rc;
+}
