@@ -18,14 +18,14 @@ typedef struct cci_config {
     double memory_fraction;          ///< per_process_memory_fraction in (0,1]; 0 = no cap
     int backend_async;               ///< backend:cudaMallocAsync: we step aside (pass-through)
     int expandable_segments;         ///< accepted, not honoured yet (warned)
-    int release_lock_on_cudamalloc;  ///< accepted; we never hold our lock across device calls anyway
+    int release_lock_on_cudamalloc;  ///< accepted; segments are still reserved under the allocator lock
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
 } cci_config;
 
 void cci_config_default(cci_config *c);
 
-// Parses a `key:value,key:value` string over the defaults already in *c.
+// Parses a `key:value,key:value` string over the defaults already in *c; on error *c is unchanged.
 // Returns 0 when the whole string is valid. On the first error returns -1 and writes one line
 // (no trailing newline) into err: the variable name, the key, the problem and the accepted form.
 // Keys that are accepted but not honoured add a one-line notice through `warn` (may be NULL) and

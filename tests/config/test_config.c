@@ -1,0 +1,778 @@
+// SPDX-License-Identifier: MIT
+// Tests of the PYTORCH_CUDA_ALLOC_CONF parser and printer: every key, every kind of bad value,
+// the messages' shape, the notices, and format -> parse round trips.
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#define MIB ((size_t)1 << 20)
+#define VAR "CCI_ALLOC_CONF"
+
+static int passed, failed;
+
+static void check(int ok, int line, const char *what)
+{
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        fprintf(stderr, "FAIL line %d: %s\n", line, what);
+    }
+}
+
+#define CHECK(cond) check(!!(cond), __LINE__, #cond)
+
+// ---- notice capture -------------------------------------------------------------------------
+
+#define MAX_WARN 16
+typedef struct warnings {
+    int n;
+    char line[MAX_WARN][600];
+} warnings;
+
+static void collect(const char *line, void *ud)
+{
+    warnings *w = ud;
+    if (w->n < MAX_WARN)
+        snprintf(w->line[w->n], sizeof w->line[0], "%s", line);
+    w->n++;
+}
+
+static char err[1024];
+static warnings warned;
+
+static int parse(cci_config *c, const char *s)
+{
+    memset(&warned, 0, sizeof warned);
+    memset(err, 'Z', sizeof err);
+    err[sizeof err - 1] = '\0';
+    return cci_config_parse(c, s, VAR, err, sizeof err, collect, &warned);
+}
+
+static int parse_fresh(cci_config *c, const char *s)
+{
+    cci_config_default(c);
+    return parse(c, s);
+}
+
+static int one_line(const char *s)
+{
+    for (; *s; s++)
+        if (*s == '\n' || *s == '\r' || (unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            return 0;
+    return 1;
+}
+
+static int same_config(const cci_config *a, const cci_config *b)
+{
+    if (a->max_split_size != b->max_split_size || a->max_non_split_rounding != b->max_non_split_rounding ||
+        a->gc_threshold != b->gc_threshold || a->memory_fraction != b->memory_fraction ||
+        a->backend_async != b->backend_async || a->expandable_segments != b->expandable_segments ||
+        a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
+        a->immediate_reuse != b->immediate_reuse ||
+        a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free)
+        return 0;
+    for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
+        if (a->roundup_divisions[i] != b->roundup_divisions[i])
+            return 0;
+    return 1;
+}
+
+// A rejected string: -1, the configuration untouched, no notice, and one line that starts with
+// the variable's name and contains every given fragment (the key, usually, and the problem).
+static void expect_error_at(int line, const char *s, ...)
+{
+    cci_config c, before;
+    cci_config_default(&c);
+    c.max_split_size = 64 * MIB;  // not a default, so "untouched" means something
+    c.roundup_divisions[3] = 2;
+    before = c;
+    int rc = parse(&c, s);
+    char what[4096];
+    snprintf(what, sizeof what, "rejects \"%s\" (rc %d, message \"%s\")", s, rc, err);
+    check(rc == -1, line, what);
+    check(same_config(&c, &before), line, what);
+    check(warned.n == 0, line, what);
+    check(strncmp(err, VAR ": ", strlen(VAR) + 2) == 0, line, what);
+    check(one_line(err), line, what);
+    check(strlen(err) < sizeof err - 1, line, what);
+    check(strstr(err, "expected") != NULL, line, what);
+    va_list ap;
+    va_start(ap, s);
+    for (const char *frag; (frag = va_arg(ap, const char *)) != NULL;) {
+        char w2[4400];
+        snprintf(w2, sizeof w2, "%s: message lacks \"%s\"", what, frag);
+        check(strstr(err, frag) != NULL, line, w2);
+    }
+    va_end(ap);
+}
+
+#define EXPECT_ERROR(s, ...) expect_error_at(__LINE__, s, __VA_ARGS__, (const char *)NULL)
+
+static void expect_ok_at(int line, cci_config *c, const char *s)
+{
+    int rc = parse_fresh(c, s);
+    char what[4096];
+    snprintf(what, sizeof what, "accepts \"%s\" (rc %d, message \"%s\")", s, rc, err);
+    check(rc == 0 && err[0] == '\0', line, what);
+}
+
+#define EXPECT_OK(c, s) expect_ok_at(__LINE__, c, s)
+
+static int all_divisions(const cci_config *c, unsigned v)
+{
+    for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
+        if (c->roundup_divisions[i] != v)
+            return 0;
+    return 1;
+}
+
+// The lookup the rounding code does: log2(size) - 20, clamped to the table.
+static unsigned divisions_for(const cci_config *c, size_t size)
+{
+    int lg = 0;
+    while ((size >> lg) > 1)
+        lg++;
+    int idx = lg - 20;
+    if (idx < 0)
+        idx = 0;
+    if (idx > CCI_ROUNDUP_INTERVALS - 1)
+        idx = CCI_ROUNDUP_INTERVALS - 1;
+    return c->roundup_divisions[idx];
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+static void test_defaults(void)
+{
+    cci_config c;
+    memset(&c, 0x5a, sizeof c);
+    cci_config_default(&c);
+    CHECK(c.max_split_size == SIZE_MAX);
+    CHECK(c.max_non_split_rounding == 20 * MIB);
+    CHECK(all_divisions(&c, 0));
+    CHECK(c.gc_threshold == 0.0);
+    CHECK(c.memory_fraction == 0.0);
+    CHECK(c.backend_async == 0);
+    CHECK(c.expandable_segments == 0);
+    CHECK(c.release_lock_on_cudamalloc == 0);
+    CHECK(c.immediate_reuse == 0);
+    CHECK(c.memgetinfo_cached_as_free == 1);
+}
+
+static void test_empty(void)
+{
+    cci_config c, d;
+    cci_config_default(&d);
+    EXPECT_OK(&c, "");
+    CHECK(same_config(&c, &d));
+    CHECK(warned.n == 0);
+    EXPECT_OK(&c, "   \t ");
+    CHECK(same_config(&c, &d));
+    cci_config_default(&c);
+    CHECK(cci_config_parse(&c, NULL, VAR, err, sizeof err, NULL, NULL) == 0);
+    CHECK(same_config(&c, &d));
+    // No error buffer and no notice callback are both allowed.
+    CHECK(cci_config_parse(&c, "expandable_segments:True", VAR, NULL, 0, NULL, NULL) == 0);
+    CHECK(c.expandable_segments == 1);
+    CHECK(cci_config_parse(&c, "bogus:1", VAR, NULL, 0, NULL, NULL) == -1);
+}
+
+static void test_backend(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "backend:native");
+    CHECK(c.backend_async == 0);
+    EXPECT_OK(&c, "backend:cudaMallocAsync");
+    CHECK(c.backend_async == 1);
+    CHECK(warned.n == 0);
+    EXPECT_ERROR("backend:magic", "backend", "'magic'", "native or cudaMallocAsync");
+    EXPECT_ERROR("backend:cudamallocasync", "backend", "'cudamallocasync'");
+    EXPECT_ERROR("backend:", "backend", "empty value");
+    EXPECT_ERROR("backend", "backend", "missing ':'");
+}
+
+static void test_max_split(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "max_split_size_mb:21");
+    CHECK(c.max_split_size == 21 * MIB);
+    EXPECT_OK(&c, "max_split_size_mb:1024");
+    CHECK(c.max_split_size == 1024 * MIB);
+    // Values whose bytes would overflow mean "no limit".
+    EXPECT_OK(&c, "max_split_size_mb:17592186044416");
+    CHECK(c.max_split_size == SIZE_MAX);
+    EXPECT_OK(&c, "max_split_size_mb:18446744073709551615");
+    CHECK(c.max_split_size == SIZE_MAX);
+    EXPECT_OK(&c, "max_split_size_mb:99999999999999999999999999999999999999999999");
+    CHECK(c.max_split_size == SIZE_MAX);
+    EXPECT_OK(&c, "max_split_size_mb:17592186044415");
+    CHECK(c.max_split_size == (size_t)17592186044415ULL * MIB);
+    EXPECT_OK(&c, "max_split_size_mb:000040");
+    CHECK(c.max_split_size == 40 * MIB);
+
+    cci_config_default(&c);
+    CHECK(cci_config_parse(&c, "max_split_size_mb:16", VAR, err, sizeof err, NULL, NULL) == -1);
+    CHECK(strcmp(err, "CCI_ALLOC_CONF: max_split_size_mb: '16' is too small: expected an integer "
+                      "number of MiB > 20") == 0);
+    EXPECT_ERROR("max_split_size_mb:20", "max_split_size_mb", "'20'", "too small", "> 20");
+    EXPECT_ERROR("max_split_size_mb:0", "max_split_size_mb", "too small");
+    EXPECT_ERROR("max_split_size_mb:-1", "max_split_size_mb", "'-1'", "negative");
+    EXPECT_ERROR("max_split_size_mb:12abc", "max_split_size_mb", "'12abc'", "trailing");
+    EXPECT_ERROR("max_split_size_mb:abc", "max_split_size_mb", "'abc'", "not a number");
+    EXPECT_ERROR("max_split_size_mb:1.5e3", "max_split_size_mb", "'1.5e3'");
+    EXPECT_ERROR("max_split_size_mb:+40", "max_split_size_mb", "'+40'");
+    EXPECT_ERROR("max_split_size_mb:0x40", "max_split_size_mb", "'0x40'");
+    EXPECT_ERROR("max_split_size_mb:4 0", "max_split_size_mb", "'4 0'");
+    EXPECT_ERROR("max_split_size_mb:", "max_split_size_mb", "empty value");
+    EXPECT_ERROR("max_split_size_mb:   ,backend:native", "max_split_size_mb", "empty value");
+    EXPECT_ERROR("max_split_size_mb", "max_split_size_mb", "missing ':'");
+    EXPECT_ERROR("max_split_size_mb:[40]", "max_split_size_mb", "is a list");
+}
+
+static void test_non_split(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "max_non_split_rounding_mb:0");
+    CHECK(c.max_non_split_rounding == 0);
+    EXPECT_OK(&c, "max_non_split_rounding_mb:30");
+    CHECK(c.max_non_split_rounding == 30 * MIB);
+    EXPECT_OK(&c, "max_non_split_rounding_mb:1");
+    CHECK(c.max_non_split_rounding == MIB);
+    EXPECT_OK(&c, "max_non_split_rounding_mb:17592186044416");
+    CHECK(c.max_non_split_rounding == SIZE_MAX);
+    EXPECT_OK(&c, "max_non_split_rounding_mb:123456789012345678901234567890");
+    CHECK(c.max_non_split_rounding == SIZE_MAX);
+    EXPECT_ERROR("max_non_split_rounding_mb:-5", "max_non_split_rounding_mb", "negative");
+    EXPECT_ERROR("max_non_split_rounding_mb:5MB", "max_non_split_rounding_mb", "'5MB'", "trailing");
+    EXPECT_ERROR("max_non_split_rounding_mb:x", "max_non_split_rounding_mb", "not a number");
+    EXPECT_ERROR("max_non_split_rounding_mb:", "max_non_split_rounding_mb", "empty");
+}
+
+static void test_roundup_single(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "roundup_power2_divisions:4");
+    CHECK(all_divisions(&c, 4));
+    EXPECT_OK(&c, "roundup_power2_divisions:1");
+    CHECK(all_divisions(&c, 1));
+    EXPECT_OK(&c, "roundup_power2_divisions:0");
+    CHECK(all_divisions(&c, 0));
+    EXPECT_OK(&c, "roundup_power2_divisions:2147483648");
+    CHECK(all_divisions(&c, 2147483648u));
+    EXPECT_ERROR("roundup_power2_divisions:3", "roundup_power2_divisions", "'3'", "power of two");
+    EXPECT_ERROR("roundup_power2_divisions:6", "roundup_power2_divisions", "power of two");
+    EXPECT_ERROR("roundup_power2_divisions:8589934592", "roundup_power2_divisions", "too many");
+    EXPECT_ERROR("roundup_power2_divisions:99999999999999999999", "roundup_power2_divisions", "too many");
+    EXPECT_ERROR("roundup_power2_divisions:[256:8589934592]", "roundup_power2_divisions", "too many");
+    EXPECT_ERROR("roundup_power2_divisions:-4", "roundup_power2_divisions", "negative");
+    EXPECT_ERROR("roundup_power2_divisions:4x", "roundup_power2_divisions", "trailing");
+    EXPECT_ERROR("roundup_power2_divisions:four", "roundup_power2_divisions", "'four'");
+    EXPECT_ERROR("roundup_power2_divisions:", "roundup_power2_divisions", "empty value");
+}
+
+static void test_roundup_list(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+    // The first key fills every interval below it; '>' fills every interval after the last key.
+    for (int i = 0; i <= 8; i++)
+        CHECK(c.roundup_divisions[i] == 1);
+    CHECK(c.roundup_divisions[9] == 2);
+    CHECK(c.roundup_divisions[10] == 4);
+    for (int i = 11; i < CCI_ROUNDUP_INTERVALS; i++)
+        CHECK(c.roundup_divisions[i] == 8);
+    // Key 256 governs sizes in [256 MiB, 512 MiB).
+    CHECK(divisions_for(&c, 255 * MIB) == 1);
+    CHECK(divisions_for(&c, 256 * MIB) == 1);
+    CHECK(divisions_for(&c, 511 * MIB) == 1);
+    CHECK(divisions_for(&c, 512 * MIB) == 2);
+    CHECK(divisions_for(&c, 1024 * MIB) == 4);
+    CHECK(divisions_for(&c, 2048 * MIB) == 8);
+    CHECK(divisions_for(&c, 1000) == 1);
+
+    // PyTorch's own test vectors.
+    EXPECT_OK(&c, "roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]");
+    CHECK(divisions_for(&c, 32 * MIB) == 8);
+    CHECK(divisions_for(&c, 64 * MIB) == 8);
+    CHECK(divisions_for(&c, 128 * MIB) == 2);
+    CHECK(divisions_for(&c, 256 * MIB) == 4);
+    CHECK(divisions_for(&c, 512 * MIB) == 2);
+    CHECK(divisions_for(&c, 1024 * MIB) == 4);
+    CHECK(divisions_for(&c, 2048 * MIB) == 1);
+    CHECK(divisions_for(&c, 4096 * MIB) == 1);
+    CHECK(divisions_for(&c, 8192 * MIB) == 1);
+    EXPECT_OK(&c, "roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]");
+    CHECK(divisions_for(&c, 64 * MIB) == 8);
+    CHECK(divisions_for(&c, 128 * MIB) == 8);
+    CHECK(divisions_for(&c, 256 * MIB) == 16);
+    CHECK(divisions_for(&c, 512 * MIB) == 1);
+    CHECK(divisions_for(&c, 1024 * MIB) == 0);  // named by no rule: keeps its old value
+    CHECK(divisions_for(&c, 2048 * MIB) == 8);
+    CHECK(divisions_for(&c, 4096 * MIB) == 2);
+
+    // A list over an earlier setting keeps the intervals it does not name.
+    cci_config_default(&c);
+    CHECK(parse(&c, "roundup_power2_divisions:4,roundup_power2_divisions:[2:1,8:2]") == 0);
+    CHECK(c.roundup_divisions[0] == 1 && c.roundup_divisions[1] == 1);
+    CHECK(c.roundup_divisions[2] == 4);
+    CHECK(c.roundup_divisions[3] == 2);
+    CHECK(c.roundup_divisions[4] == 4 && c.roundup_divisions[15] == 4);
+
+    EXPECT_OK(&c, "roundup_power2_divisions:[1:4]");
+    CHECK(c.roundup_divisions[0] == 4);
+    CHECK(c.roundup_divisions[1] == 0 && c.roundup_divisions[15] == 0);
+    EXPECT_OK(&c, "roundup_power2_divisions:[>:8]");
+    CHECK(all_divisions(&c, 8));
+    EXPECT_OK(&c, "roundup_power2_divisions:[65536:2]");  // beyond 32 GiB clamps to the last
+    CHECK(all_divisions(&c, 2));
+    EXPECT_OK(&c, "roundup_power2_divisions:[32768:2,>:4]");
+    CHECK(all_divisions(&c, 2));  // nothing lies after the last interval
+    EXPECT_OK(&c, "roundup_power2_divisions:[4:0,16:2,>:4]");
+    CHECK(c.roundup_divisions[0] == 0 && c.roundup_divisions[2] == 0);
+    CHECK(c.roundup_divisions[3] == 0);
+    CHECK(c.roundup_divisions[4] == 2);
+    CHECK(c.roundup_divisions[5] == 4 && c.roundup_divisions[15] == 4);
+    EXPECT_OK(&c, "roundup_power2_divisions:[256:1,]");
+    CHECK(c.roundup_divisions[8] == 1 && c.roundup_divisions[9] == 0);
+    EXPECT_OK(&c, " roundup_power2_divisions : [ 256 : 1 , 512:2 ,\t> : 8 ] , max_split_size_mb:40 ");
+    CHECK(c.roundup_divisions[0] == 1 && c.roundup_divisions[8] == 1);
+    CHECK(c.roundup_divisions[9] == 2 && c.roundup_divisions[10] == 8);
+    CHECK(c.max_split_size == 40 * MIB);
+
+    const char *k = "roundup_power2_divisions";
+    EXPECT_ERROR("roundup_power2_divisions:[300:1]", k, "'300:1'", "not a power of two");
+    EXPECT_ERROR("roundup_power2_divisions:[0:1]", k, "'0:1'", "not a power of two");
+    EXPECT_ERROR("roundup_power2_divisions:[256:3]", k, "'256:3'", "not 0 or a power of two");
+    EXPECT_ERROR("roundup_power2_divisions:[256:-1]", k, "'256:-1'", "negative");
+    EXPECT_ERROR("roundup_power2_divisions:[-256:1]", k, "'-256:1'", "negative");
+    EXPECT_ERROR("roundup_power2_divisions:[256]", k, "'256'", "no ':");
+    EXPECT_ERROR("roundup_power2_divisions:[256:]", k, "'256:'", "no divisions");
+    EXPECT_ERROR("roundup_power2_divisions:[:4]", k, "':4'", "no interval");
+    EXPECT_ERROR("roundup_power2_divisions:[abc:1]", k, "'abc:1'", "neither a number nor '>'");
+    EXPECT_ERROR("roundup_power2_divisions:[256x:1]", k, "'256x:1'", "trailing");
+    EXPECT_ERROR("roundup_power2_divisions:[256:1:2]", k, "'256:1:2'", "trailing");
+    EXPECT_ERROR("roundup_power2_divisions:[99999999999999999999999:1]", k, "not a power of two");
+    EXPECT_ERROR("roundup_power2_divisions:[]", k, "'[]'", "empty list");
+    EXPECT_ERROR("roundup_power2_divisions:[ ]", k, "empty list");
+    EXPECT_ERROR("roundup_power2_divisions:[256:1,,512:2]", k, "empty list entry");
+    EXPECT_ERROR("roundup_power2_divisions:[,256:1]", k, "empty list entry");
+    EXPECT_ERROR("roundup_power2_divisions:[256:1", k, "no closing ']'");
+    EXPECT_ERROR("roundup_power2_divisions:[256:1]x", k, "trailing characters after ']'");
+    EXPECT_ERROR("roundup_power2_divisions:[256:1] 4,backend:native", k, "after ']'");
+    EXPECT_ERROR("roundup_power2_divisions:4[", k, "trailing");
+}
+
+static void test_gc(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "garbage_collection_threshold:0.5");
+    CHECK(c.gc_threshold == 0.5);
+    EXPECT_OK(&c, "garbage_collection_threshold:.25");
+    CHECK(c.gc_threshold == 0.25);
+    EXPECT_OK(&c, "garbage_collection_threshold:8e-1");
+    CHECK(c.gc_threshold == 0.8);
+    EXPECT_OK(&c, "garbage_collection_threshold:0.999999");
+    CHECK(c.gc_threshold == 0.999999);
+    const char *k = "garbage_collection_threshold";
+    EXPECT_ERROR("garbage_collection_threshold:0", k, "'0'", "out of range", "> 0 and < 1");
+    EXPECT_ERROR("garbage_collection_threshold:0.0", k, "out of range");
+    EXPECT_ERROR("garbage_collection_threshold:1", k, "'1'", "out of range");
+    EXPECT_ERROR("garbage_collection_threshold:1.2", k, "'1.2'", "out of range");
+    EXPECT_ERROR("garbage_collection_threshold:-0.5", k, "negative");
+    EXPECT_ERROR("garbage_collection_threshold:nan", k, "'nan'", "not a number");
+    EXPECT_ERROR("garbage_collection_threshold:inf", k, "'inf'");
+    EXPECT_ERROR("garbage_collection_threshold:0x0.8p0", k, "trailing");
+    EXPECT_ERROR("garbage_collection_threshold:0.5x", k, "'0.5x'", "trailing");
+    EXPECT_ERROR("garbage_collection_threshold:1e-400", k, "out of range");
+    EXPECT_ERROR("garbage_collection_threshold:.", k, "not a number");
+    EXPECT_ERROR("garbage_collection_threshold:", k, "empty value");
+}
+
+static void test_bools(void)
+{
+    static const struct {
+        const char *key;
+        size_t off;  // which int of the struct it sets
+    } keys[] = {
+        {"expandable_segments", offsetof(cci_config, expandable_segments)},
+        {"release_lock_on_cudamalloc", offsetof(cci_config, release_lock_on_cudamalloc)},
+        {"immediate_reuse", offsetof(cci_config, immediate_reuse)},
+        {"memgetinfo_cached_as_free", offsetof(cci_config, memgetinfo_cached_as_free)},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char s[128];
+        cci_config c;
+        snprintf(s, sizeof s, "%s:True", keys[i].key);
+        EXPECT_OK(&c, s);
+        CHECK(*(int *)((char *)&c + keys[i].off) == 1);
+        snprintf(s, sizeof s, "%s:False", keys[i].key);
+        EXPECT_OK(&c, s);
+        CHECK(*(int *)((char *)&c + keys[i].off) == 0);
+        CHECK(warned.n == 0);
+        snprintf(s, sizeof s, "%s:true", keys[i].key);
+        EXPECT_ERROR(s, keys[i].key, "'true'", "True or False");
+        snprintf(s, sizeof s, "%s:1", keys[i].key);
+        EXPECT_ERROR(s, keys[i].key, "'1'", "True or False");
+        snprintf(s, sizeof s, "%s:Truee", keys[i].key);
+        EXPECT_ERROR(s, keys[i].key, "'Truee'");
+        snprintf(s, sizeof s, "%s:", keys[i].key);
+        EXPECT_ERROR(s, keys[i].key, "empty value");
+    }
+}
+
+static void test_notices(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "expandable_segments:True");
+    CHECK(warned.n == 1);
+    CHECK(strcmp(warned.line[0], "CCI_ALLOC_CONF: expandable_segments:True is accepted but not "
+                                 "honoured yet; ignored") == 0);
+    CHECK(c.expandable_segments == 1);
+    EXPECT_OK(&c, "expandable_segments:False");
+    CHECK(warned.n == 0);
+    // Once per occurrence.
+    EXPECT_OK(&c, "expandable_segments:True,expandable_segments:True");
+    CHECK(warned.n == 2);
+
+    EXPECT_OK(&c, "graph_capture_record_stream_reuse:True");
+    CHECK(warned.n == 1 && strstr(warned.line[0], "graph_capture_record_stream_reuse") &&
+          strstr(warned.line[0], "not honoured"));
+    EXPECT_OK(&c, "graph_capture_record_stream_reuse:False");
+    CHECK(warned.n == 0);
+    EXPECT_ERROR("graph_capture_record_stream_reuse:yes", "graph_capture_record_stream_reuse",
+                 "True or False");
+
+    static const char *const pinned_ok[] = {
+        "pinned_use_cuda_host_register:True", "pinned_use_cuda_host_register:False",
+        "pinned_num_register_threads:1",      "pinned_num_register_threads:8",
+        "pinned_num_register_threads:128",    "pinned_use_background_threads:True",
+        "pinned_use_background_threads:False", "pinned_reserve_segment_size_mb:1",
+        "pinned_reserve_segment_size_mb:4096",
+    };
+    cci_config d;
+    cci_config_default(&d);
+    for (size_t i = 0; i < sizeof pinned_ok / sizeof pinned_ok[0]; i++) {
+        EXPECT_OK(&c, pinned_ok[i]);
+        CHECK(same_config(&c, &d));  // accepted and ignored
+        CHECK(warned.n == 1);
+        CHECK(strncmp(warned.line[0], VAR ": ", strlen(VAR) + 2) == 0);
+        CHECK(strstr(warned.line[0], pinned_ok[i]) != NULL);
+        CHECK(strstr(warned.line[0], "ignored") != NULL);
+        CHECK(one_line(warned.line[0]));
+    }
+    EXPECT_OK(&c, "pinned_use_cuda_host_register:True,pinned_num_register_threads:4,"
+                  "pinned_use_background_threads:True,expandable_segments:True");
+    CHECK(warned.n == 4);
+
+    EXPECT_ERROR("pinned_use_cuda_host_register:yes", "pinned_use_cuda_host_register", "True or False");
+    EXPECT_ERROR("pinned_use_background_threads:", "pinned_use_background_threads", "empty value");
+    EXPECT_ERROR("pinned_num_register_threads:3", "pinned_num_register_threads", "'3'",
+                 "not a power of two", "<= 128");
+    EXPECT_ERROR("pinned_num_register_threads:0", "pinned_num_register_threads", "not a power of two");
+    EXPECT_ERROR("pinned_num_register_threads:256", "pinned_num_register_threads", "'256'", "too large");
+    EXPECT_ERROR("pinned_num_register_threads:99999999999999999999", "pinned_num_register_threads",
+                 "too large");
+    EXPECT_ERROR("pinned_num_register_threads:-2", "pinned_num_register_threads", "negative");
+    EXPECT_ERROR("pinned_reserve_segment_size_mb:0", "pinned_reserve_segment_size_mb", "'0'", "too small",
+                 "> 0");
+    EXPECT_ERROR("pinned_reserve_segment_size_mb:-1", "pinned_reserve_segment_size_mb", "negative");
+    EXPECT_ERROR("pinned_reserve_segment_size_mb:1.5", "pinned_reserve_segment_size_mb", "trailing");
+
+    // cudaMallocAsync makes every native key moot, which PyTorch also points out.
+    EXPECT_OK(&c, "backend:cudaMallocAsync,max_split_size_mb:40");
+    CHECK(warned.n == 1 && strstr(warned.line[0], "cudaMallocAsync") && one_line(warned.line[0]));
+    EXPECT_OK(&c, "backend:cudaMallocAsync,pinned_num_register_threads:2");
+    CHECK(warned.n == 1);  // the pinned notice only
+
+    // A string that fails announces nothing, even for the good keys before the bad one.
+    cci_config_default(&c);
+    CHECK(parse(&c, "expandable_segments:True,pinned_num_register_threads:2,bogus:1") == -1);
+    CHECK(warned.n == 0);
+    CHECK(c.expandable_segments == 0);
+}
+
+static void test_fraction(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "per_process_memory_fraction:0.5");
+    CHECK(c.memory_fraction == 0.5);
+    EXPECT_OK(&c, "per_process_memory_fraction:1");
+    CHECK(c.memory_fraction == 1.0);
+    EXPECT_OK(&c, "per_process_memory_fraction:1.0");
+    CHECK(c.memory_fraction == 1.0);
+    EXPECT_OK(&c, "per_process_memory_fraction:0.001");
+    CHECK(c.memory_fraction == 0.001);
+    const char *k = "per_process_memory_fraction";
+    EXPECT_ERROR("per_process_memory_fraction:0", k, "'0'", "out of range", "> 0 and <= 1");
+    EXPECT_ERROR("per_process_memory_fraction:1.01", k, "out of range");
+    EXPECT_ERROR("per_process_memory_fraction:-1", k, "negative");
+    EXPECT_ERROR("per_process_memory_fraction:half", k, "not a number");
+    EXPECT_ERROR("per_process_memory_fraction:50%", k, "trailing");
+}
+
+static void test_structure(void)
+{
+    cci_config c;
+    EXPECT_OK(&c, "max_split_size_mb:40,garbage_collection_threshold:0.6,backend:native,"
+                  "immediate_reuse:True,memgetinfo_cached_as_free:False,per_process_memory_fraction:0.75");
+    CHECK(c.max_split_size == 40 * MIB && c.gc_threshold == 0.6 && c.immediate_reuse == 1 &&
+          c.memgetinfo_cached_as_free == 0 && c.memory_fraction == 0.75);
+    // Whitespace around every token.
+    EXPECT_OK(&c, "  max_split_size_mb : 40 ,\tgarbage_collection_threshold:\t0.5  , "
+                  "expandable_segments :False ");
+    CHECK(c.max_split_size == 40 * MIB && c.gc_threshold == 0.5);
+    // A trailing comma is fine, as in PyTorch.
+    EXPECT_OK(&c, "max_split_size_mb:40,");
+    CHECK(c.max_split_size == 40 * MIB);
+    // The last occurrence wins.
+    EXPECT_OK(&c, "max_split_size_mb:40,max_split_size_mb:80");
+    CHECK(c.max_split_size == 80 * MIB);
+    // Parsing builds on what is already there.
+    cci_config_default(&c);
+    CHECK(parse(&c, "max_split_size_mb:40") == 0);
+    CHECK(parse(&c, "garbage_collection_threshold:0.3") == 0);
+    CHECK(c.max_split_size == 40 * MIB && c.gc_threshold == 0.3);
+
+    EXPECT_ERROR("bogus:1", "unknown key 'bogus'", "max_split_size_mb");
+    EXPECT_ERROR("max_split_size_mb:40,Max_Split_Size_MB:40", "'Max_Split_Size_MB'");
+    EXPECT_ERROR("max_split_size_mb=40", "'max_split_size_mb=40'", "separated by ':'");
+    EXPECT_ERROR("max_split_size_mb:40,garbage_collection_threshold", "garbage_collection_threshold",
+                 "missing ':'");
+    EXPECT_ERROR("max_split_size_mb:40,,backend:native", "empty entry");
+    EXPECT_ERROR(",max_split_size_mb:40", "empty entry");
+    EXPECT_ERROR(":40", "empty entry");
+    EXPECT_ERROR("max_split_size_mb:40 backend:native", "max_split_size_mb", "'40 backend:native'");
+    EXPECT_ERROR("max_split_size_mb:40;backend:native", "max_split_size_mb", "trailing");
+
+    // The first error wins and is the one reported.
+    cci_config_default(&c);
+    CHECK(parse(&c, "max_split_size_mb:1,garbage_collection_threshold:7") == -1);
+    CHECK(strstr(err, "max_split_size_mb") && !strstr(err, "garbage"));
+}
+
+static void test_one_line(void)
+{
+    // Control characters in the input are escaped, so the message stays one printable line.
+    EXPECT_ERROR("max_split_size_mb:1\n2", "max_split_size_mb", "'1\\x0a2'");
+    EXPECT_ERROR("max_split_size_mb:\x1b[31m40", "max_split_size_mb", "\\x1b");
+    EXPECT_ERROR("bo\rgus:1", "unknown key 'bo\\x0dgus'");
+    EXPECT_ERROR("garbage_collection_threshold:0.5\xc3\xa9", "garbage_collection_threshold", "\\xc3\\xa9");
+    EXPECT_ERROR("backend:a\\b", "backend", "'a\\\\b'");
+
+    // A very long value is cut short.
+    char s[4096];
+    strcpy(s, "max_split_size_mb:1");
+    memset(s + strlen(s), '7', 3000);
+    s[19 + 3000] = 'x';
+    s[20 + 3000] = '\0';
+    EXPECT_ERROR(s, "max_split_size_mb", "...", "trailing");
+    CHECK(strlen(err) < 300);
+    strcpy(s, "roundup_power2_divisions:[");
+    for (int i = 0; i < 300; i++)
+        strcat(s, "1:1,");
+    strcat(s, "3:1]");
+    EXPECT_ERROR(s, "roundup_power2_divisions", "'3:1'");
+    memset(s, 'k', 3000);
+    strcpy(s + 3000, ":1");
+    EXPECT_ERROR(s, "unknown key", "...");
+
+    // A small buffer gets a truncated but terminated message.
+    cci_config c;
+    cci_config_default(&c);
+    char small[16];
+    memset(small, 'Z', sizeof small);
+    CHECK(cci_config_parse(&c, "max_split_size_mb:1", VAR, small, sizeof small, NULL, NULL) == -1);
+    CHECK(strlen(small) == sizeof small - 1 && strncmp(small, VAR, strlen(VAR)) == 0);
+    CHECK(cci_config_parse(&c, "max_split_size_mb:1", VAR, small, 1, NULL, NULL) == -1);
+    CHECK(small[0] == '\0');
+    // The variable name is the caller's: PYTORCH_CUDA_ALLOC_CONF when that is where it came from.
+    CHECK(cci_config_parse(&c, "x:1", "PYTORCH_CUDA_ALLOC_CONF", err, sizeof err, NULL, NULL) == -1);
+    CHECK(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: unknown key 'x'", 40) == 0);
+}
+
+static void roundtrip_at(int line, const cci_config *c)
+{
+    char buf[1024];
+    int n = cci_config_format(c, buf, sizeof buf);
+    char what[4096];
+    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
+    check(n > 0 && (size_t)n == strlen(buf), line, what);
+    cci_config d;
+    cci_config_default(&d);
+    int rc = cci_config_parse(&d, buf, VAR, err, sizeof err, NULL, NULL);
+    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
+    check(rc == 0, line, what);
+    check(same_config(c, &d), line, what);
+    // Canonical: printing the parsed copy gives the very same string.
+    char again[1024];
+    cci_config_format(&d, again, sizeof again);
+    check(strcmp(buf, again) == 0, line, what);
+}
+
+#define ROUNDTRIP(c) roundtrip_at(__LINE__, c)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void test_format(void)
+{
+    cci_config c;
+    char buf[1024];
+    cci_config_default(&c);
+    int n = cci_config_format(&c, buf, sizeof buf);
+    const char *def = "backend:native,max_non_split_rounding_mb:20,roundup_power2_divisions:0,"
+                      "expandable_segments:False,release_lock_on_cudamalloc:False,"
+                      "immediate_reuse:False,memgetinfo_cached_as_free:True";
+    CHECK(strcmp(buf, def) == 0);
+    CHECK(n == (int)strlen(def));
+    ROUNDTRIP(&c);
+
+    EXPECT_OK(&c, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8],max_split_size_mb:40,"
+                  "garbage_collection_threshold:0.8,per_process_memory_fraction:0.9,"
+                  "backend:cudaMallocAsync,expandable_segments:True,release_lock_on_cudamalloc:True,"
+                  "immediate_reuse:True,memgetinfo_cached_as_free:False,max_non_split_rounding_mb:0");
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strcmp(buf, "backend:cudaMallocAsync,max_split_size_mb:40,max_non_split_rounding_mb:0,"
+                      "roundup_power2_divisions:[256:1,512:2,1024:4,>:8],"
+                      "garbage_collection_threshold:0.8,expandable_segments:True,"
+                      "release_lock_on_cudamalloc:True,per_process_memory_fraction:0.9,"
+                      "immediate_reuse:True,memgetinfo_cached_as_free:False") == 0);
+    ROUNDTRIP(&c);
+
+    static const char *const samples[] = {
+        "roundup_power2_divisions:4",
+        "roundup_power2_divisions:[1:4]",
+        "roundup_power2_divisions:[2:4]",
+        "roundup_power2_divisions:[16384:0,>:8]",
+        "roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]",
+        "roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]",
+        "max_split_size_mb:17592186044415",
+        "max_split_size_mb:99999999999999999999",
+        "max_non_split_rounding_mb:99999999999999999999",
+        "garbage_collection_threshold:0.1",
+        "garbage_collection_threshold:0.30000000000000004",
+        "per_process_memory_fraction:1",
+        "per_process_memory_fraction:0.3333333333333333",
+    };
+    for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+        EXPECT_OK(&c, samples[i]);
+        ROUNDTRIP(&c);
+    }
+    EXPECT_OK(&c, "garbage_collection_threshold:0.1");
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, ",garbage_collection_threshold:0.1,") != NULL);
+    EXPECT_OK(&c, "roundup_power2_divisions:[16384:0,>:8]");
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, "roundup_power2_divisions:[16384:0,>:8],") != NULL);
+
+    // Random tables and values, all of them representable by the grammar.
+    for (int iter = 0; iter < 2000; iter++) {
+        cci_config_default(&c);
+        for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++) {
+            uint64_t r = next_rand() % 6;
+            // Runs are likely so that the '>' and first-key shortcuts get exercised.
+            c.roundup_divisions[i] = (i > 0 && r < 3) ? c.roundup_divisions[i - 1]
+                                                      : (next_rand() % 3 == 0 ? 0u : 1u << (next_rand() % 31));
+        }
+        if (next_rand() % 2)
+            c.max_split_size = (size_t)(21 + next_rand() % 100000) * MIB;
+        c.max_non_split_rounding = (size_t)(next_rand() % 5000) * MIB;
+        if (next_rand() % 2)
+            c.gc_threshold = (double)(1 + next_rand() % ((1ULL << 53) - 1)) / (double)(1ULL << 53);
+        if (next_rand() % 2)
+            c.memory_fraction = (double)(1 + next_rand() % (1ULL << 53)) / (double)(1ULL << 53);
+        c.backend_async = (int)(next_rand() % 2);
+        c.expandable_segments = (int)(next_rand() % 2);
+        c.release_lock_on_cudamalloc = (int)(next_rand() % 2);
+        c.immediate_reuse = (int)(next_rand() % 2);
+        c.memgetinfo_cached_as_free = (int)(next_rand() % 2);
+        int before = failed;
+        ROUNDTRIP(&c);
+        if (failed != before)
+            break;
+    }
+
+    // snprintf-like: the needed length, with whatever fits written and terminated.
+    cci_config_default(&c);
+    int need = cci_config_format(&c, NULL, 0);
+    CHECK(need == (int)strlen(def));
+    char small[10];
+    memset(small, 'Z', sizeof small);
+    CHECK(cci_config_format(&c, small, sizeof small) == need);
+    CHECK(strcmp(small, "backend:n") == 0);
+}
+
+// Random strings stitched from grammar pieces: the parser must answer 0, or -1 with one
+// printable line that names the variable, never touch the configuration on -1, and a string it
+// accepts must print to a canonical form it accepts again.
+static void test_fuzz(void)
+{
+    static const char *const pieces[] = {
+        "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+        "expandable_segments", "backend", "per_process_memory_fraction", "pinned_num_register_threads",
+        "immediate_reuse", ":", ":", ",", ",", "[", "]", ">", " ", "\t", "\n", "\x01", "\xff",
+        "0", "1", "2", "3", "4", "16", "21", "256", "0.5", "-", ".", "e", "True", "False", "native",
+        "99999999999999999999999", "x",
+    };
+    int bad = 0, accepted = 0;
+    for (int iter = 0; iter < 50000 && !bad; iter++) {
+        char s[512] = "";
+        int parts = 1 + (int)(next_rand() % 12);
+        for (int i = 0; i < parts; i++)
+            strcat(s, pieces[next_rand() % (sizeof pieces / sizeof pieces[0])]);
+        cci_config c, before;
+        cci_config_default(&c);
+        before = c;
+        int rc = parse(&c, s);
+        if (rc == 0) {
+            accepted++;
+            char buf[1024];
+            cci_config_format(&c, buf, sizeof buf);
+            cci_config d;
+            cci_config_default(&d);
+            if (cci_config_parse(&d, buf, VAR, NULL, 0, NULL, NULL) != 0 || !same_config(&c, &d))
+                bad = 1;
+        } else if (rc != -1 || !one_line(err) || strncmp(err, VAR ": ", strlen(VAR) + 2) != 0 ||
+                   !same_config(&c, &before) || warned.n != 0) {
+            bad = 1;
+        }
+        if (bad)
+            fprintf(stderr, "fuzz input \"%s\": rc %d, message \"%s\"\n", s, rc, err);
+    }
+    CHECK(!bad);
+    CHECK(accepted > 0);
+}
+
+int main(void)
+{
+    test_defaults();
+    test_empty();
+    test_backend();
+    test_max_split();
+    test_non_split();
+    test_roundup_single();
+    test_roundup_list();
+    test_gc();
+    test_bools();
+    test_notices();
+    test_fraction();
+    test_structure();
+    test_one_line();
+    test_format();
+    test_fuzz();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
