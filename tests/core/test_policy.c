@@ -123,6 +123,11 @@ static void test_splitting(void)
     s = stats(&f);
     CHECK_EQ_U(s->inactive_split[CCI_POOL_ALL].current, 0, "merged after free");
     CHECK_EQ_U(s->largest_free_block, 20 * MiB, "largest free block");
+    // The small pool splits off even a 512-byte remainder.
+    uintptr_t m1 = must_alloc(&f, MiB), m2 = must_alloc(&f, MiB - 512);
+    CHECK_EQ_U(stats(&f)->inactive_split_bytes[CCI_POOL_SMALL].current, 512, "512-byte small remainder split");
+    cci_free(f.a, m1, 0, CCI_FREE_NOW);
+    cci_free(f.a, m2, 0, CCI_FREE_NOW);
     // Best fit by size then address: a 4 MiB request now takes a 20 MiB segment at its start.
     uintptr_t q2 = must_alloc(&f, 4 * MiB);
     CHECK(q2 == q, "best fit reuses the lowest-address 20 MiB segment (%#lx vs %#lx)", (unsigned long)q2,
