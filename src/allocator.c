@@ -20,7 +20,7 @@ static __thread int hash_oom;
 
 // ---- statistics ---------------------------------------------------------------------------
 
-static void stat_add(cci_stat *s, int64_t d)
+static inline void stat_add(cci_stat *s, int64_t d)
 {
     s->current += d;
     if (d > 0) {
@@ -32,7 +32,7 @@ static void stat_add(cci_stat *s, int64_t d)
     }
 }
 
-static void stat_pool(cci_stat *arr, int small, int64_t d)
+static inline void stat_pool(cci_stat *arr, int small, int64_t d)
 {
     stat_add(&arr[CCI_POOL_ALL], d);
     stat_add(&arr[pool_index(small)], d);
@@ -48,6 +48,32 @@ static void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintp
     cci_event ev = {kind, a->device, stream, addr, size, requested};
     for (int i = 0; i < a->nobs; i++)
         a->obs[i].fn(a->obs[i].ud, &ev);
+}
+
+// ---- block records ------------------------------------------------------------------------
+
+#define MAX_SPARE_BLOCKS 4096
+
+static cci_block *block_new(cci_allocator *a)
+{
+    cci_block *b = a->spare;
+    if (b) {
+        a->spare = b->pend_next;
+        a->nspare--;
+        return b;
+    }
+    return malloc(sizeof *b);
+}
+
+static void block_drop(cci_allocator *a, cci_block *b)
+{
+    if (a->nspare >= MAX_SPARE_BLOCKS) {
+        free(b);
+        return;
+    }
+    b->pend_next = a->spare;
+    a->spare = b;
+    a->nspare++;
 }
 
 // ---- segments -----------------------------------------------------------------------------
@@ -118,10 +144,11 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
         return NULL;
     }
     cci_segment *s = calloc(1, sizeof *s);
-    cci_block *b = calloc(1, sizeof *b);
+    cci_block *b = block_new(a);
     if (!s || !b || seg_grow(a) != 0) {
         free(s);
-        free(b);
+        if (b)
+            block_drop(a, b);
         *rc = CCI_EOOM;
         return NULL;
     }
@@ -129,7 +156,7 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
     *rc = a->be.ops->reserve(a->be.ctx, a->device, size, &addr);
     if (*rc != CCI_OK) {
         free(s);
-        free(b);
+        block_drop(a, b);
         return NULL;
     }
     *s = (cci_segment){.addr = addr, .size = size, .stream = stream, .small = (uint8_t)small, .first = b};
@@ -160,7 +187,7 @@ static void release_block(cci_allocator *a, cci_block *b)
         stat_add(&a->st.oversize_segments, -1);
     a->st.num_device_free++;
     notify(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size, 0);
-    free(b);
+    block_drop(a, b);
     free(s);
 }
 
@@ -219,7 +246,7 @@ static void free_block(cci_allocator *a, cci_block *b)
         b->size += c->size;
         net_blocks--;
         net_bytes -= (int64_t)c->size;
-        free(c);
+        block_drop(a, c);
     }
     free_set_insert(a, b);
     if (!is_whole(b)) {
@@ -245,7 +272,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
 {
     int was_split = !is_whole(b);
     cci_block *rest = NULL;
-    if (should_split(a, b, rounded) && (rest = malloc(sizeof *rest)) != NULL) {
+    if (should_split(a, b, rounded) && (rest = block_new(a)) != NULL) {
         *rest = (cci_block){.addr = b->addr + rounded, .size = b->size - rounded, .stream = b->stream,
                             .prev = b, .next = b->next, .seg = b->seg, .small = b->small};
         if (b->next)
@@ -471,6 +498,14 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     a->st.version = CCI_STATS_VERSION;
     a->st.max_split_size = cfg->max_split_size == SIZE_MAX ? UINT64_MAX : cfg->max_split_size;
     a->st.device_capacity = a->capacity;
+    a->live_anchor.state = BLOCK_FREE;  // never matches a lookup that wants a live block
+    hash_oom = 0;
+    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
+    if (hash_oom) {
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        return NULL;
+    }
     return a;
 }
 
@@ -490,6 +525,11 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
         free(s);
     }
     free(a->segs);
+    while (a->spare) {
+        cci_block *b = a->spare;
+        a->spare = b->pend_next;
+        free(b);
+    }
     cci_layout_free(&a->peak);
     pthread_mutex_destroy(&a->lock);
     free(a);
@@ -583,6 +623,8 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     pthread_mutex_lock(&a->lock);
     cci_block *b;
     HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
+    if (b == &a->live_anchor)
+        b = NULL;
     if (!b || b->state != BLOCK_ALLOCATED) {
         int rc = b ? CCI_EINVAL : classify_unknown(a, ptr);
         pthread_mutex_unlock(&a->lock);

@@ -27,6 +27,9 @@ struct cci_allocator {
     cci_block *free_tree[2];     // [0] large pool, [1] small pool
     uint64_t free_searches[2];   // GC's clock: a block's age is counted in searches of its pool
     cci_block *live;             // uthash: allocated and pending blocks, by address
+    cci_block live_anchor;       // a permanent entry at address 0: uthash frees its table when the
+                                 // last entry leaves, and rebuilding it cost more than the rest of
+                                 // an alloc+free pair
 
     cci_segment **segs;          // sorted by address, for interior-pointer and ownership lookups
     size_t nsegs, segcap;
@@ -36,6 +39,9 @@ struct cci_allocator {
     uint64_t pend_seq;
 
     cci_stats st;
+
+    cci_block *spare;            // recycled block records: splitting must not cost a malloc
+    size_t nspare;
 
     struct { cci_observer_fn fn; void *ud; } obs[CCI_MAX_OBSERVERS];
     int nobs;

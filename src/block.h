@@ -7,6 +7,16 @@
 #include <stdint.h>
 
 #define HASH_NONFATAL_OOM 1
+// Keys are device addresses (512-aligned, 8 bytes): a multiply-shift mix spreads them as well as
+// uthash's default byte-wise hash, at a fraction of the cost on the allocation fast path.
+#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
+    do {                                                                                           \
+        uint64_t k_;                                                                               \
+        memcpy(&k_, (keyptr), sizeof k_);                                                          \
+        k_ = (k_ >> 9) * 0x9E3779B97F4A7C15ull;                                                    \
+        (hashv) = (unsigned)(k_ >> 32);                                                            \
+    } while (0)
+#include <string.h>
 #include <uthash.h>
 
 enum { BLOCK_FREE = 0, BLOCK_ALLOCATED = 1, BLOCK_PENDING = 2 };

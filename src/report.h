@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+// Reports: the exit-time memory summary, the fragmentation report, their JSON and HTML forms,
+// the out-of-memory message and the timeline that feeds them.
+//
+// Statistics are data; printers are derived. Everything a report shows is first copied into one
+// cci_report_snapshot (taken under each allocator's lock, one device at a time), then printed
+// from that copy with no lock held. The text, JSON and HTML printers read only the snapshot, so
+// the three forms can never disagree.
+//
+// How the preload uses this (the wiring is the preload's; this is the contract):
+//
+//   start-up, right after creating the allocator of each device:
+//       cci_allocator_track_peak(a, 1);              // keep the layout at each new reserved peak
+//       tl[dev] = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
+//       cci_report_timeline_attach(tl[dev], a);      // before the device's first allocation
+//
+//   exit path (atexit, registered once CUDA is initialised, before the allocators are destroyed):
+//       cci_report_dump(allocs, tl, ndev, getenv("CCI_REPORT"), getenv("CCI_REPORT_FORMAT"), 0);
+//     It prints nothing (returns 1) when no device allocation ever went through us; guard it so it
+//     runs once per process, and skip it entirely when the layer is disabled.
+//
+//   live dump (SIGUSR1): the handler itself must only wake a dumper thread (write(2) one byte to a
+//     pipe, or sem_post); the thread then calls cci_report_dump(..., force = 1). Never gather or
+//     print inside the handler: gathering takes the allocator locks (the interrupted thread may hold
+//     one) and allocates memory.
+//
+//   out of memory: when cci_malloc finally returns CCI_EOOM, before returning
+//     cudaErrorMemoryAllocation, and with no allocator lock held:
+//       cci_report_oom(2, a, requested, device_free_or_minus_1);
+//
+// Async-signal safety, function by function:
+//   NOT safe: cci_report_snapshot_take / _free, cci_report_render, cci_report_write,
+//             cci_report_dump, cci_report_oom, cci_report_open_destination, the timeline functions
+//             (locks, malloc, stdio formatting, getenv).
+//   safe:     cci_report_write_all (a write(2) loop over a buffer rendered beforehand), and the
+//             timeline observer itself, which runs under the allocator lock and never allocates.
+#ifndef CCI_REPORT_H
+#define CCI_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allocator.h"
+
+typedef enum cci_report_format { CCI_REPORT_TEXT, CCI_REPORT_JSON, CCI_REPORT_HTML } cci_report_format;
+
+// ---- timeline: allocated and reserved bytes over time, fed by an allocator observer ---------
+
+typedef enum cci_timeline_clock {
+    CCI_TIMELINE_CLOCK_MONOTONIC, ///< x axis in microseconds since the timeline was created
+    CCI_TIMELINE_CLOCK_EVENTS,    ///< x axis in allocator events (deterministic, for tests)
+} cci_timeline_clock;
+
+/// One sample closes an interval: values at its end, and the highest values seen inside it, so
+/// peaks survive when samples are merged.
+typedef struct cci_timeline_sample {
+    uint64_t t;               ///< microseconds or event number, by the timeline's clock
+    uint64_t allocated;
+    uint64_t reserved;
+    uint64_t allocated_max;
+    uint64_t reserved_max;
+} cci_timeline_sample;
+
+/// Allocations that needed a new segment although the pool's cached free bytes (reusable, not
+/// waiting on a stream) already added up to the request: the free memory was there but in pieces
+/// (or kept from the request by max_split_size). An approximation: streams are not told apart.
+typedef struct cci_report_misses {
+    uint64_t count;
+    uint64_t segment_bytes;   ///< bytes of the segments those requests caused
+    uint64_t min_request;     ///< smallest block size among them (0 when count == 0)
+    uint64_t max_request;
+} cci_report_misses;
+
+typedef struct cci_report_timeline cci_report_timeline;
+
+/// max_samples 0 means the default (1024). Memory is allocated here, never in the observer:
+/// when the buffer fills, neighbouring samples are merged and the sampling interval doubles.
+cci_report_timeline *cci_report_timeline_create(size_t max_samples, cci_timeline_clock clock);
+/// Adds the observer to `a`, starting from a's current statistics. 0, or -1 when a has no free
+/// observer slot. Attach before the device's first allocation for exact figures. A timeline
+/// follows one allocator.
+int cci_report_timeline_attach(cci_report_timeline *t, cci_allocator *a);
+/// Only once the allocator it observes is destroyed (observers cannot be detached).
+void cci_report_timeline_destroy(cci_report_timeline *t);
+
+// ---- the snapshot --------------------------------------------------------------------------
+
+#define CCI_REPORT_HIST_BUCKETS 64   ///< free-block histogram: bucket k holds sizes in [2^k, 2^(k+1))
+#define CCI_REPORT_MAX_ADVICE 8
+
+/// Figures derived from one layout (now, or at peak reserved).
+typedef struct cci_report_frag {
+    int valid;                 ///< 0 when no layout was available (e.g. peak not tracked)
+    uint64_t reserved;         ///< sum of segment sizes
+    uint64_t allocated;        ///< blocks in use by the program
+    uint64_t requested;        ///< what the program asked for, of those blocks
+    uint64_t pending;          ///< freed blocks not yet reusable (waiting on a stream)
+    uint64_t cached_free;      ///< free, reusable blocks
+    uint64_t inactive_split;   ///< free blocks inside segments that are split (not releasable)
+    uint64_t largest_free;
+    uint64_t free_blocks;
+    uint64_t segments, small_segments;
+    uint64_t blocks;
+    double ratio;              ///< 1 - largest_free / cached_free; 0 when nothing is free
+    uint64_t hist_count[CCI_REPORT_HIST_BUCKETS];
+    uint64_t hist_bytes[CCI_REPORT_HIST_BUCKETS];
+} cci_report_frag;
+
+typedef struct cci_report_advice {
+    char rule[24];    ///< stable identifier, e.g. "max_split_size"
+    char text[480];   ///< one paragraph, naming the figure it rests on
+} cci_report_advice;
+
+typedef struct cci_report_device {
+    int device;
+    cci_stats stats;             ///< taken in the same critical section as `now`
+    cci_layout now;
+    cci_layout peak;             ///< layout at the last reserved peak (valid when have_peak)
+    int have_peak;
+    cci_report_frag frag_now, frag_peak;
+    cci_timeline_sample *samples;
+    size_t nsamples;
+    cci_timeline_clock clock;
+    cci_report_misses misses;
+    int have_timeline;
+    char config[1024];           ///< effective configuration, CCI_ALLOC_CONF grammar
+    int expandable_requested;    ///< expandable_segments:True was asked for (not honoured)
+    size_t nadvice;
+    cci_report_advice advice[CCI_REPORT_MAX_ADVICE];
+} cci_report_device;
+
+typedef struct cci_report_snapshot {
+    int ndevices;
+    cci_report_device *devices;
+    // Process information. Tests overwrite these with fixed values before printing goldens.
+    long pid;
+    int rank;
+    char program[256];
+    char host[128];
+    char time_utc[32];           ///< ISO 8601, when the snapshot was taken
+} cci_report_snapshot;
+
+/// Gathers everything a report needs from `n` allocators (NULL entries are skipped); tls may be
+/// NULL, or hold NULL entries, for devices without a timeline. Computes the derived figures and
+/// the advice. 0, or -1 on host out-of-memory (nothing to free then).
+int cci_report_snapshot_take(cci_report_snapshot *s, cci_allocator *const *allocs,
+                             cci_report_timeline *const *tls, int n);
+void cci_report_snapshot_free(cci_report_snapshot *s);
+/// Recomputes frag_now / frag_peak and the advice from the layouts, stats and misses (the
+/// snapshot functions call it; tests that edit a snapshot may call it again).
+void cci_report_derive(cci_report_snapshot *s);
+/// 1 when some device ever asked the device for memory through us: the exit report is printed
+/// only then.
+int cci_report_has_activity(const cci_report_snapshot *s);
+
+// ---- printing ------------------------------------------------------------------------------
+
+/// Renders the snapshot into a malloc'ed, NUL-terminated buffer (*out, *len). 0 or -1.
+int cci_report_render(cci_report_format fmt, const cci_report_snapshot *s, char **out, size_t *len);
+/// Renders, then writes in as few write(2) calls as the kernel allows. 0 or -1.
+int cci_report_write(int fd, cci_report_format fmt, const cci_report_snapshot *s);
+/// write(2) until done, retrying on EINTR and short writes. Async-signal-safe. 0 or -1.
+int cci_report_write_all(int fd, const char *buf, size_t len);
+
+// ---- destinations --------------------------------------------------------------------------
+
+/// "text", "json", "html" (case-insensitive; "txt" and "htm" too). 0, or -1 for anything else.
+int cci_report_format_parse(const char *name, cci_report_format *out);
+/// From the file name: .json, .html/.htm, anything else text.
+cci_report_format cci_report_format_for_path(const char *path);
+/// The rank used by %r: RANK, else LOCAL_RANK, else 0.
+int cci_report_rank_from_env(void);
+/// Expands %p (pid), %r (rank), %h (host name) and %% in `pattern` into out. Other % sequences
+/// are kept as they are. 0, or -1 when out is too small (out then holds a truncated string).
+int cci_report_expand_path(const char *pattern, long pid, int rank, const char *host, char *out,
+                           size_t outlen);
+/// Opens where a report goes. pattern NULL, "" or "-" means stderr (fd 2, *path set to "").
+/// `format` (e.g. CCI_REPORT_FORMAT's value) wins over the extension when non-empty; an unknown
+/// name is an error. Returns the fd (close it with cci_report_close_destination), or -1 with a
+/// logged reason.
+int cci_report_open_destination(const char *pattern, const char *format, cci_report_format *fmt,
+                                char *path, size_t pathlen);
+void cci_report_close_destination(int fd);
+
+/// The whole exit / live-dump path: take a snapshot, choose the destination, print, close.
+/// force = 0 prints nothing when there was no device activity. 0 written, 1 nothing to report,
+/// -1 error (already logged).
+int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
+                    const char *pattern, const char *format, int force);
+
+// ---- out of memory -------------------------------------------------------------------------
+
+/// Writes the out-of-memory block for a request of `requested` bytes that `a` could not serve.
+/// device_free: what the driver reports free (cudaMemGetInfo), or -1 when unknown (then capacity
+/// minus our reservations is shown, marked as an estimate). One write(2) of a stack buffer; the
+/// layout is copied (malloc) to find the advice, and left out if that fails. Call it with no
+/// allocator lock held. Returns 0 or -1.
+int cci_report_oom(int fd, cci_allocator *a, size_t requested, long long device_free);
+/// The same text into buf (tests); returns the length (truncated at buflen - 1).
+size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, size_t requested,
+                             long long device_free);
+
+#endif

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: MIT
+// The pieces every printer shares: the output buffer, the byte humaniser, the statistics table,
+// and rendering/writing a whole report.
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report_impl.h"
+
+// ---- buffer --------------------------------------------------------------------------------
+
+static int sb_reserve(cci_sb *b, size_t extra)
+{
+    if (b->failed)
+        return -1;
+    if (b->len + extra + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *n = realloc(b->buf, cap);
+    if (!n) {
+        b->failed = 1;
+        return -1;
+    }
+    b->buf = n;
+    b->cap = cap;
+    return 0;
+}
+
+void cci__sb_printf(cci_sb *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0 || sb_reserve(b, (size_t)n) != 0)
+        return;
+    if ((size_t)n < sizeof small) {
+        memcpy(b->buf + b->len, small, (size_t)n + 1);
+    } else {
+        va_start(ap, fmt);
+        vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+}
+
+void cci__sb_puts(cci_sb *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (sb_reserve(b, n) != 0)
+        return;
+    memcpy(b->buf + b->len, s, n + 1);
+    b->len += n;
+}
+
+void cci__sb_putc(cci_sb *b, char c, size_t n)
+{
+    if (sb_reserve(b, n) != 0)
+        return;
+    memset(b->buf + b->len, c, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+void cci__sb_json_str(cci_sb *b, const char *s)
+{
+    cci__sb_putc(b, '"', 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            cci__sb_printf(b, "\\%c", *p);
+        else if (*p == '\n')
+            cci__sb_puts(b, "\\n");
+        else if (*p < 0x20 || *p == 0x7f)
+            cci__sb_printf(b, "\\u%04x", *p);
+        else if (*p >= 0x80)
+            // Program names and host names are not promised to be UTF-8; JSON must be.
+            cci__sb_printf(b, "\\u%04x", *p);
+        else
+            cci__sb_putc(b, (char)*p, 1);
+    }
+    cci__sb_putc(b, '"', 1);
+}
+
+void cci__sb_html(cci_sb *b, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': cci__sb_puts(b, "&lt;"); break;
+        case '>': cci__sb_puts(b, "&gt;"); break;
+        case '&': cci__sb_puts(b, "&amp;"); break;
+        case '"': cci__sb_puts(b, "&quot;"); break;
+        default: cci__sb_putc(b, *s, 1);
+        }
+    }
+}
+
+int cci__sb_finish(cci_sb *b, char **out, size_t *len)
+{
+    if (b->failed || sb_reserve(b, 0) != 0) {
+        free(b->buf);
+        *b = (cci_sb){0};
+        return -1;
+    }
+    b->buf[b->len] = '\0';
+    *out = b->buf;
+    *len = b->len;
+    *b = (cci_sb){0};
+    return 0;
+}
+
+// ---- units ---------------------------------------------------------------------------------
+
+const char *cci__human(int64_t bytes, char *buf, size_t buflen)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    const char *sign = bytes < 0 ? "-" : "";
+    uint64_t v = bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : (uint64_t)bytes;
+    if (v < 1024) {
+        snprintf(buf, buflen, "%s%llu B", sign, (unsigned long long)v);
+        return buf;
+    }
+    unsigned u = 0;
+    double d = (double)v;
+    // Promote on the rounded value, so 1023.96 KiB reads "1.0 MiB", not "1024.0 KiB".
+    while (u + 1 < sizeof units / sizeof units[0] && d >= 1024.0 - 0.05)
+        d /= 1024.0, u++;
+    snprintf(buf, buflen, "%s%.1f %s", sign, d, units[u]);
+    return buf;
+}
+
+// ---- the statistics table --------------------------------------------------------------------
+
+#define ROW(key, label, per_pool, bytes) {#key, label, offsetof(cci_stats, key), per_pool, bytes}
+
+const cci_stat_row cci__stat_rows[] = {
+    ROW(allocated_bytes, "Allocated memory", 1, 1),
+    ROW(active_bytes, "Active memory", 1, 1),
+    ROW(requested_bytes, "Requested memory", 1, 1),
+    ROW(reserved_bytes, "GPU reserved memory", 1, 1),
+    ROW(inactive_split_bytes, "Non-releasable memory", 1, 1),
+    ROW(allocation, "Allocations", 1, 0),
+    ROW(active, "Active allocs", 1, 0),
+    ROW(segment, "GPU reserved segments", 1, 0),
+    ROW(inactive_split, "Non-releasable allocs", 1, 0),
+    ROW(oversize_allocations, "Oversize allocations", 0, 0),
+    ROW(oversize_segments, "Oversize GPU segments", 0, 0),
+};
+const size_t cci__stat_nrows = sizeof cci__stat_rows / sizeof cci__stat_rows[0];
+const char *const cci__pool_keys[CCI_POOL_KINDS] = {"all", "small_pool", "large_pool"};
+
+// ---- render and write ------------------------------------------------------------------------
+
+int cci_report_render(cci_report_format fmt, const cci_report_snapshot *s, char **out, size_t *len)
+{
+    cci_sb b = {0};
+    switch (fmt) {
+    case CCI_REPORT_JSON: cci__report_json(&b, s); break;
+    case CCI_REPORT_HTML: cci__report_html(&b, s); break;
+    default: cci__report_text(&b, s); break;
+    }
+    return cci__sb_finish(&b, out, len);
+}
+
+int cci_report_write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int cci_report_write(int fd, cci_report_format fmt, const cci_report_snapshot *s)
+{
+    char *buf;
+    size_t len;
+    if (cci_report_render(fmt, s, &buf, &len) != 0)
+        return -1;
+    int rc = cci_report_write_all(fd, buf, len);
+    free(buf);
+    return rc;
+}

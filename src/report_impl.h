@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Shared by the report_*.c files only: the output buffer, the one byte humaniser, and the one
+// table of statistics that every printer walks.
+#ifndef CCI_REPORT_IMPL_H
+#define CCI_REPORT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "report.h"
+
+// A growable string. On host out-of-memory it stops growing and remembers the failure, so the
+// printers need no error checks on every line; cci__sb_finish reports it once.
+typedef struct cci_sb {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} cci_sb;
+
+void cci__sb_printf(cci_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cci__sb_puts(cci_sb *b, const char *s);
+void cci__sb_putc(cci_sb *b, char c, size_t n);
+/// JSON string literal, quotes included.
+void cci__sb_json_str(cci_sb *b, const char *s);
+/// Text with <, >, &, " escaped for HTML.
+void cci__sb_html(cci_sb *b, const char *s);
+/// 0 and the buffer, or -1 (buffer freed).
+int cci__sb_finish(cci_sb *b, char **out, size_t *len);
+
+/// "512 B", "4.0 KiB", "1.5 GiB": binary units, one decimal from KiB up. buf >= 16 bytes.
+const char *cci__human(int64_t bytes, char *buf, size_t buflen);
+
+// ---- the statistics table -------------------------------------------------------------------
+// One row per torch.cuda.memory_stats() family; the text table, the JSON keys and the HTML table
+// all come from here, in this order (memory_summary()'s order).
+typedef struct cci_stat_row {
+    const char *key;      ///< memory_stats() key stem
+    const char *label;    ///< memory_summary() row title
+    size_t offset;        ///< of the cci_stat (array) inside cci_stats
+    int per_pool;         ///< 1: an array indexed by CCI_POOL_*
+    int bytes;            ///< 1: humanise as bytes
+} cci_stat_row;
+
+extern const cci_stat_row cci__stat_rows[];
+extern const size_t cci__stat_nrows;
+extern const char *const cci__pool_keys[CCI_POOL_KINDS];   ///< "all", "small_pool", "large_pool"
+
+static inline const cci_stat *cci__stat_at(const cci_stats *st, const cci_stat_row *r, int pool)
+{
+    return (const cci_stat *)((const char *)st + r->offset) + (r->per_pool ? pool : 0);
+}
+
+// ---- the individual printers ------------------------------------------------------------------
+void cci__report_text(cci_sb *b, const cci_report_snapshot *s);
+void cci__report_json(cci_sb *b, const cci_report_snapshot *s);
+void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
+
+// ---- analysis ---------------------------------------------------------------------------------
+void cci__frag_compute(const cci_layout *l, cci_report_frag *f);
+void cci__advice_compute(cci_report_device *d);
+/// Timeline copy for the snapshot: malloc'ed samples, or NULL / 0 when empty.
+int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
+                       cci_timeline_clock *clock, cci_report_misses *misses);
+/// Indices of the largest segments of l (by size, then address), at most max of them.
+size_t cci__largest_segments(const cci_layout *l, size_t *idx, size_t max);
+
+#define CCI_MIB ((uint64_t)1 << 20)
+
+#endif

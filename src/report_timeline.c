@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: MIT
+// The report timeline: allocated and reserved bytes over time, kept by an allocator observer in
+// a fixed buffer. The observer runs under the allocator lock on every allocation and free, so it
+// does a few additions and, now and then, a merge of the buffer in place; it never allocates.
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "report_impl.h"
+
+#define DEFAULT_SAMPLES 1024
+// Small-pool segments are exactly 2 MiB and large-pool ones at least 10 MiB; small-pool blocks
+// are at most 1 MiB and large-pool ones larger. So an event's size tells its pool.
+#define SMALL_SEGMENT_MAX ((uint64_t)2 << 20)
+#define SMALL_BLOCK_MAX ((uint64_t)1 << 20)
+
+struct cci_report_timeline {
+    pthread_mutex_t lock;  // against the snapshot reader; the observer already holds the allocator's
+    cci_timeline_clock clock;
+    struct timespec t0;
+    uint64_t events;
+    cci_timeline_sample *s;
+    size_t n, cap;
+    uint64_t interval;     // minimum distance between two kept samples; doubles on each merge
+    uint64_t alloc[2], reserved[2], pending[2];  // [0] large pool, [1] small pool
+    uint64_t amax, rmax;   // highest values since the last kept sample
+    uint64_t last_t;
+    int dirty;             // changes after the last kept sample
+    int seg_new;           // the last event was a new segment; the next ALLOC is its request
+    int seg_pool;
+    uint64_t seg_size, cached_before;
+    cci_report_misses misses;
+};
+
+cci_report_timeline *cci_report_timeline_create(size_t max_samples, cci_timeline_clock clock)
+{
+    if (max_samples == 0)
+        max_samples = DEFAULT_SAMPLES;
+    if (max_samples < 4)
+        max_samples = 4;
+    cci_report_timeline *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->s = calloc(max_samples, sizeof *t->s);
+    if (!t->s) {
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    t->cap = max_samples;
+    t->clock = clock;
+    clock_gettime(CLOCK_MONOTONIC, &t->t0);
+    return t;
+}
+
+void cci_report_timeline_destroy(cci_report_timeline *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_destroy(&t->lock);
+    free(t->s);
+    free(t);
+}
+
+static uint64_t now_of(cci_report_timeline *t)
+{
+    if (t->clock == CCI_TIMELINE_CLOCK_EVENTS)
+        return ++t->events;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t us = (int64_t)(ts.tv_sec - t->t0.tv_sec) * 1000000 + (ts.tv_nsec - t->t0.tv_nsec) / 1000;
+    return us > 0 ? (uint64_t)us : 0;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+// Halves the buffer: each pair becomes one sample that ends where the second ended and keeps the
+// higher maxima, so no peak is lost however long the program runs.
+static void merge_pairs(cci_report_timeline *t)
+{
+    size_t half = t->n / 2;
+    for (size_t i = 0; i < half; i++) {
+        cci_timeline_sample a = t->s[2 * i], b = t->s[2 * i + 1];
+        b.allocated_max = max_u64(a.allocated_max, b.allocated_max);
+        b.reserved_max = max_u64(a.reserved_max, b.reserved_max);
+        t->s[i] = b;
+    }
+    if (t->n % 2)
+        t->s[half++] = t->s[t->n - 1];
+    t->n = half;
+    uint64_t span = t->s[t->n - 1].t - t->s[0].t;
+    t->interval = max_u64(t->interval * 2, span / (t->n ? t->n : 1));
+    if (t->interval == 0)
+        t->interval = 1;
+}
+
+static void record(cci_report_timeline *t, uint64_t now)
+{
+    uint64_t a = t->alloc[0] + t->alloc[1], r = t->reserved[0] + t->reserved[1];
+    t->amax = max_u64(t->amax, a);
+    t->rmax = max_u64(t->rmax, r);
+    t->last_t = now;
+    if (t->n > 0 && now - t->s[t->n - 1].t < t->interval) {
+        t->dirty = 1;
+        return;
+    }
+    t->s[t->n++] = (cci_timeline_sample){now, a, r, t->amax, t->rmax};
+    t->amax = a;
+    t->rmax = r;
+    t->dirty = 0;
+    if (t->n == t->cap)
+        merge_pairs(t);
+}
+
+static void sub(uint64_t *v, uint64_t d) { *v = *v > d ? *v - d : 0; }
+
+static void observe(void *ud, const cci_event *ev)
+{
+    cci_report_timeline *t = ud;
+    pthread_mutex_lock(&t->lock);
+    int bpool = ev->size <= SMALL_BLOCK_MAX;
+    int spool = ev->size <= SMALL_SEGMENT_MAX;
+    switch (ev->kind) {
+    case CCI_EV_ALLOC:
+        t->alloc[bpool] += ev->size;
+        if (t->seg_new && t->seg_pool == bpool && t->cached_before >= ev->size) {
+            cci_report_misses *m = &t->misses;
+            if (m->count == 0 || ev->size < m->min_request)
+                m->min_request = ev->size;
+            m->max_request = max_u64(m->max_request, ev->size);
+            m->count++;
+            m->segment_bytes += t->seg_size;
+        }
+        t->seg_new = 0;
+        break;
+    case CCI_EV_FREE_REQUESTED:
+        sub(&t->alloc[bpool], ev->size);
+        t->pending[bpool] += ev->size;
+        break;
+    case CCI_EV_FREE_COMPLETED:
+        sub(&t->pending[bpool], ev->size);
+        break;
+    case CCI_EV_SEGMENT_ALLOC: {
+        uint64_t used = t->alloc[spool] + t->pending[spool];
+        t->cached_before = t->reserved[spool] > used ? t->reserved[spool] - used : 0;
+        t->seg_new = 1;
+        t->seg_pool = spool;
+        t->seg_size = ev->size;
+        t->reserved[spool] += ev->size;
+        break;
+    }
+    case CCI_EV_SEGMENT_FREE:
+        sub(&t->reserved[spool], ev->size);
+        break;
+    case CCI_EV_OOM:
+        t->seg_new = 0;
+        break;
+    }
+    record(t, now_of(t));
+    pthread_mutex_unlock(&t->lock);
+}
+
+int cci_report_timeline_attach(cci_report_timeline *t, cci_allocator *a)
+{
+    cci_stats st;
+    cci_alloc_stats(a, &st);
+    pthread_mutex_lock(&t->lock);
+    for (int small = 0; small < 2; small++) {
+        int p = small ? CCI_POOL_SMALL : CCI_POOL_LARGE;
+        t->alloc[small] = (uint64_t)st.allocated_bytes[p].current;
+        t->reserved[small] = (uint64_t)st.reserved_bytes[p].current;
+        int64_t pend = st.active_bytes[p].current - st.allocated_bytes[p].current;
+        t->pending[small] = pend > 0 ? (uint64_t)pend : 0;
+    }
+    t->n = 0;
+    t->amax = t->rmax = 0;
+    record(t, t->clock == CCI_TIMELINE_CLOCK_EVENTS ? 0 : now_of(t));
+    pthread_mutex_unlock(&t->lock);
+    return cci_allocator_add_observer(a, observe, t);
+}
+
+int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
+                       cci_timeline_clock *clock, cci_report_misses *misses)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t total = t->n + (t->dirty ? 1 : 0);
+    cci_timeline_sample *c = malloc((total ? total : 1) * sizeof *c);
+    if (c) {
+        memcpy(c, t->s, t->n * sizeof *c);
+        // The changes since the last kept sample are not lost: they close one more interval.
+        if (t->dirty)
+            c[t->n] = (cci_timeline_sample){t->last_t, t->alloc[0] + t->alloc[1],
+                                            t->reserved[0] + t->reserved[1], t->amax, t->rmax};
+        *samples = c;
+        *n = total;
+        *clock = t->clock;
+        *misses = t->misses;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return c ? 0 : -1;
+}
