@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// The opt-in API of include/ccinterpose.h, as the preload answers it.
+#include "ccinterpose.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "allocator.h"
+#include "export.h"
+#include "real.h"
+#include "report_hook.h"
+#include "state.h"
+
+// A device the program could use, whether or not it has allocated there yet.
+static int device_exists(int device)
+{
+    int n = 0;
+    return device >= 0 && device < CCI_PL_MAX_DEVICES &&
+           cci_real_rt()->cudaGetDeviceCount(&n) == cudaSuccess && device < n;
+}
+
+CCI_EXPORT int cci_is_active(void)
+{
+    return cci_state_active();
+}
+
+CCI_EXPORT int cci_get_stats(int device, cci_stats *out)
+{
+    if (!out || out->size < 2 * sizeof(uint32_t) || !cci_state_active())
+        return -1;
+    cci_allocator *a = cci_state_allocator_peek(device);
+    if (!a && !device_exists(device))
+        return -1;
+    cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+    if (a)
+        cci_alloc_stats(a, &s);
+    // A caller built against an older (smaller) or newer (larger) struct gets what both know.
+    size_t n = out->size < sizeof s ? out->size : sizeof s;
+    memset(out, 0, out->size);
+    memcpy(out, &s, n);
+    out->size = (uint32_t)n;
+    out->version = CCI_STATS_VERSION;
+    return 0;
+}
+
+CCI_EXPORT int cci_empty_cache(int device)
+{
+    if (!cci_state_active())
+        return -1;
+    cci_allocator *a = cci_state_allocator_peek(device);
+    if (a)
+        cci_alloc_empty_cache(a);
+    return a || device_exists(device) ? 0 : -1;
+}
+
+CCI_EXPORT const char *cci_config_string(void)
+{
+    return cci_state_config_string();
+}
+
+CCI_EXPORT int cci_dump_report(const char *path)
+{
+    if (!cci_state_active())
+        return -1;
+    int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : STDERR_FILENO;
+    if (fd < 0)
+        return -1;
+    int rc = cci_preload_write_report(fd);
+    if (path && close(fd) != 0)
+        rc = -1;
+    return rc;
+}

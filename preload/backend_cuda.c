@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+// Device memory straight from the driver. Going below the runtime means a driver-level hook of
+// ours (static-cudart programs) can never be re-entered from here, and segments never show up as
+// runtime allocations that a program could cudaFree behind our back.
+#include "backend_cuda.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "log.h"
+#include "real.h"
+#include "streams.h"
+
+// A thread may reach cudaMalloc before the runtime ever made a context current in it, so we hold
+// one retain on each device's primary context (the one the runtime uses) and push it around every
+// driver call. These are slow paths (new segments, releases, synchronisations), so the push/pop
+// pair costs nothing that matters.
+static _Atomic(CUcontext) primary[CCI_PL_MAX_DEVICES];
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUcontext primary_ctx(int device)
+{
+    CUcontext c = atomic_load_explicit(&primary[device], memory_order_acquire);
+    if (c)
+        return c;
+    pthread_mutex_lock(&primary_lock);
+    c = atomic_load_explicit(&primary[device], memory_order_relaxed);
+    if (!c) {
+        CUdevice d;
+        CUresult r = cci_real_drv.cuDeviceGet(&d, device);
+        if (r == CUDA_SUCCESS)
+            r = cci_real_drv.cuDevicePrimaryCtxRetain(&c, d);
+        if (r != CUDA_SUCCESS) {
+            cci_log(CCI_LOG_DEBUG, "device %d: retaining the primary context failed (CUresult %d)",
+                    device, r);
+            c = NULL;
+        }
+        atomic_store_explicit(&primary[device], c, memory_order_release);
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return c;
+}
+
+typedef struct driver_scope {
+    int relaxed;               // we switched this thread's capture mode
+    CUstreamCaptureMode saved;
+} driver_scope;
+
+// While some stream captures, allocation calls from this thread could invalidate a global-mode
+// capture; the relaxed mode for the duration of our own call keeps the program's graph intact
+// (the calls we make never touch a capturing stream).
+static int enter(int device, driver_scope *sc)
+{
+    CUcontext c = primary_ctx(device);
+    if (!c)
+        return -1;
+    sc->relaxed = 0;
+    if (cci_capture_maybe_active() && cci_real_drv.cuThreadExchangeStreamCaptureMode) {
+        sc->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
+        sc->relaxed = cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
+    }
+    if (cci_real_drv.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
+        if (sc->relaxed)
+            cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved);
+        return -1;
+    }
+    return 0;
+}
+
+static void leave(driver_scope *sc)
+{
+    CUcontext popped;
+    cci_real_drv.cuCtxPopCurrent_v2(&popped);
+    if (sc->relaxed)
+        cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved);
+}
+
+static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
+{
+    driver_scope sc;
+    if (enter(device, &sc))
+        return CCI_EBACKEND;
+    CUdeviceptr p = 0;
+    CUresult r = cci_real_drv.cuMemAlloc_v2(&p, size);
+    leave(&sc);
+    if (r == CUDA_SUCCESS) {
+        *addr = (uintptr_t)p;
+        return CCI_OK;
+    }
+    cci_log(CCI_LOG_DEBUG, "device %d: cuMemAlloc_v2(%zu) failed (CUresult %d)", device, size, r);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? CCI_EOOM : CCI_EBACKEND;
+}
+
+static int release(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    driver_scope sc;
+    if (enter(device, &sc))
+        return CCI_EBACKEND;
+    CUresult r = cci_real_drv.cuMemFree_v2((CUdeviceptr)addr);
+    leave(&sc);
+    if (r != CUDA_SUCCESS)
+        cci_log(CCI_LOG_DEBUG, "device %d: cuMemFree_v2(%#lx) failed (CUresult %d)", device,
+                (unsigned long)addr, r);
+    return r == CUDA_SUCCESS ? CCI_OK : CCI_EBACKEND;
+}
+
+static size_t capacity(void *ctx, int device)
+{
+    CUdevice d;
+    size_t bytes = 0;
+    if (cci_real_drv.cuDeviceGet(&d, device) != CUDA_SUCCESS ||
+        cci_real_drv.cuDeviceTotalMem_v2(&bytes, d) != CUDA_SUCCESS)
+        return 0;
+    return bytes;
+}
+
+static int synchronize(void *ctx, int device)
+{
+    // A context synchronisation during a capture would invalidate it (or be refused): report
+    // failure instead, and the core keeps its deferred blocks waiting for a later batch.
+    if (cci_capture_maybe_active())
+        return CCI_EBACKEND;
+    driver_scope sc;
+    if (enter(device, &sc))
+        return CCI_EBACKEND;
+    CUresult r = cci_real_drv.cuCtxSynchronize();
+    leave(&sc);
+    if (r != CUDA_SUCCESS)
+        cci_log(CCI_LOG_DEBUG, "device %d: cuCtxSynchronize failed (CUresult %d)", device, r);
+    return r == CUDA_SUCCESS ? CCI_OK : CCI_EBACKEND;
+}
+
+static const cci_backend_ops cuda_ops = {
+    .reserve = reserve,
+    .release = release,
+    .capacity = capacity,
+    .synchronize = synchronize,
+};
+
+cci_backend cci_cuda_backend(void)
+{
+    return (cci_backend){.ops = &cuda_ops, .ctx = NULL};
+}
+
+int cci_cuda_backend_init(void)
+{
+    CUresult r = cci_real_drv.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        cci_log(CCI_LOG_ERROR, "cuInit failed (CUresult %d); libccinterpose disabled (pass-through)", r);
+        return -1;
+    }
+    return 0;
+}
+
+void cci_cuda_backend_drop_device(int device)
+{
+    pthread_mutex_lock(&primary_lock);
+    CUcontext c = atomic_exchange(&primary[device], NULL);
+    if (c) {
+        CUdevice d;
+        if (cci_real_drv.cuDeviceGet(&d, device) == CUDA_SUCCESS)
+            cci_real_drv.cuDevicePrimaryCtxRelease_v2(d);
+    }
+    pthread_mutex_unlock(&primary_lock);
+}
+
+void cci_cuda_backend_atfork_child(void)
+{
+    pthread_mutex_init(&primary_lock, NULL);
+    for (int i = 0; i < CCI_PL_MAX_DEVICES; i++)
+        atomic_store(&primary[i], NULL);
+}

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// The core's device backend over the CUDA driver API (cuMemAlloc_v2 / cuMemFree_v2).
+#ifndef CCI_PRELOAD_BACKEND_CUDA_H
+#define CCI_PRELOAD_BACKEND_CUDA_H
+
+#include "backend.h"
+
+/// Devices we manage; a program's device ordinal at or above this passes through.
+#define CCI_PL_MAX_DEVICES 64
+
+/// Calls cuInit. 0, or -1 after one error line (the driver table must be loaded).
+int cci_cuda_backend_init(void);
+/// The backend handed to cci_allocator_create. Every operation works from any thread, with or
+/// without a current context: it pushes the device's primary context around its driver calls.
+cci_backend cci_cuda_backend(void);
+/// Before cudaDeviceReset: give back our hold on the device's primary context, so that the next
+/// use retains the context the reset leaves behind.
+void cci_cuda_backend_drop_device(int device);
+/// In a fork child: forget the parent's contexts without driver calls.
+void cci_cuda_backend_atfork_child(void);
+
+#endif

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// The slice of the CUDA runtime and driver ABI that the preload speaks, written out by hand.
+//
+// We never include cuda.h or cuda_runtime_api.h: they rename symbols by macro (cuMemAlloc ->
+// cuMemAlloc_v2, cudaMallocAsync -> cudaMallocAsync_ptsz under per-thread builds), so a hook
+// file that included them would define a different symbol than it appears to. The numeric
+// values below are CUDA's own and must stay so: they cross the ABI unchanged.
+#ifndef CCI_CUDA_ABI_H
+#define CCI_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// ---- runtime --------------------------------------------------------------------------------
+typedef int cudaError_t;
+enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+};
+
+typedef struct CUstream_st *cudaStream_t;
+// Special stream handles: the legacy default stream and the calling thread's default stream.
+#define cci_cudaStreamLegacy ((cudaStream_t)0x1)
+#define cci_cudaStreamPerThread ((cudaStream_t)0x2)
+
+typedef int cudaStreamCaptureStatus;  // enum cudaStreamCaptureStatus
+enum { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+       cudaStreamCaptureStatusInvalidated = 2 };
+typedef int cudaStreamCaptureMode;    // enum cudaStreamCaptureMode
+
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef struct cudaGraphEdgeData_st cudaGraphEdgeData;  // only ever passed through by pointer
+
+#define CCI_IPC_HANDLE_SIZE 64
+typedef struct cudaIpcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } cudaIpcMemHandle_t;
+
+// ---- driver ---------------------------------------------------------------------------------
+typedef int CUresult;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+};
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;  // CUdeviceptr_v2: the 64-bit ABI of the _v2 entry points
+typedef struct CUctx_st *CUcontext;
+typedef int CUstreamCaptureMode;
+enum { CU_STREAM_CAPTURE_MODE_RELAXED = 2 };
+
+#endif

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+// One summary line per device when the process ends.
+//
+// CUDA is already torn down when library destructors run (driver calls return "deinitialized"),
+// so this reads host-side statistics only and never frees a segment: the driver reclaims device
+// memory with the process. `_exit` skips it, which is fine for a summary.
+#include <stdatomic.h>
+
+#include "allocator.h"
+#include "log.h"
+#include "report_hook.h"
+#include "state.h"
+
+__attribute__((destructor)) static void exit_summary(void)
+{
+    static _Atomic int done;
+    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || !cci_state_used() || atomic_exchange(&done, 1))
+        return;
+    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (!a)
+            continue;
+        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+        cci_alloc_stats(a, &s);
+        const int A = CCI_POOL_ALL;
+        char peak_res[32], peak_alloc[32], live[32];
+        cci_log(CCI_LOG_INFO, "device %d: peak reserved %s, peak allocated %s, %lld allocations "
+                "served by %llu device allocations; at exit %lld blocks (%s) still allocated",
+                d, cci_pl_fmt_bytes(peak_res, sizeof peak_res, (uint64_t)s.reserved_bytes[A].peak),
+                cci_pl_fmt_bytes(peak_alloc, sizeof peak_alloc, (uint64_t)s.allocated_bytes[A].peak),
+                (long long)s.allocation[A].allocated, (unsigned long long)s.num_device_alloc,
+                (long long)s.allocation[A].current,
+                cci_pl_fmt_bytes(live, sizeof live, (uint64_t)s.allocated_bytes[A].current));
+    }
+}

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// The CUDA runtime entry points we define, with the runtime's own signatures.
+#ifndef CCI_PRELOAD_HOOKS_H
+#define CCI_PRELOAD_HOOKS_H
+
+#include "cuda_abi.h"
+#include "export.h"
+
+CCI_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size);
+CCI_EXPORT cudaError_t cudaFree(void *devPtr);
+CCI_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);
+CCI_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
+CCI_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream);
+CCI_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
+CCI_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
+CCI_EXPORT cudaError_t cudaDeviceReset(void);
+CCI_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
+CCI_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+CCI_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode);
+CCI_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                     const cudaGraphNode_t *dependencies,
+                                                     const cudaGraphEdgeData *dependencyData,
+                                                     size_t numDependencies,
+                                                     cudaStreamCaptureMode mode);
+CCI_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                          const cudaGraphNode_t *dependencies,
+                                                          const cudaGraphEdgeData *dependencyData,
+                                                          size_t numDependencies,
+                                                          cudaStreamCaptureMode mode);
+CCI_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+CCI_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+
+#endif

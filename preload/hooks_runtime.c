@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+// The CUDA runtime entry points we interpose: forwarders only, the logic is in intercept.c and
+// streams.c. Each is exported unversioned (libccinterpose.map), which binds it to the program's
+// versioned references (cudaMalloc@libcudart.so.13) ahead of libcudart itself.
+#include "hooks.h"
+
+#include "intercept.h"
+#include "streams.h"
+
+cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    return cci_pl_malloc(devPtr, size);
+}
+
+cudaError_t cudaFree(void *devPtr)
+{
+    return cci_pl_free(devPtr);
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+    return cci_pl_malloc_async(devPtr, size, stream, 0);
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
+{
+    return cci_pl_free_async(devPtr, stream, 0);
+}
+
+// What code built with --default-stream per-thread calls: there stream 0 is the calling thread's
+// own default stream.
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
+{
+    return cci_pl_malloc_async(devPtr, size, stream, 1);
+}
+
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
+{
+    return cci_pl_free_async(devPtr, stream, 1);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+    return cci_pl_mem_get_info(free, total);
+}
+
+cudaError_t cudaDeviceReset(void)
+{
+    return cci_pl_device_reset();
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+    return cci_pl_ipc_get_mem_handle(handle, devPtr);
+}
+
+// Capture entry points: hooked only to count captures (see streams.c).
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode)
+{
+    return cci_pl_begin_capture(stream, mode, 0);
+}
+
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode)
+{
+    return cci_pl_begin_capture(stream, mode, 1);
+}
+
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                          const cudaGraphNode_t *dependencies,
+                                          const cudaGraphEdgeData *dependencyData,
+                                          size_t numDependencies, cudaStreamCaptureMode mode)
+{
+    return cci_pl_begin_capture_to_graph(stream, graph, dependencies, dependencyData,
+                                         numDependencies, mode, 0);
+}
+
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t *dependencies,
+                                               const cudaGraphEdgeData *dependencyData,
+                                               size_t numDependencies, cudaStreamCaptureMode mode)
+{
+    return cci_pl_begin_capture_to_graph(stream, graph, dependencies, dependencyData,
+                                         numDependencies, mode, 1);
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return cci_pl_end_capture(stream, pGraph, 0);
+}
+
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return cci_pl_end_capture(stream, pGraph, 1);
+}

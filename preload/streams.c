@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+// Stream keys and capture tracking.
+//
+// Why count captures instead of asking cudaStreamIsCapturing on every call: the question costs a
+// runtime call per allocation, and programs capture rarely. Counting the captures begun through
+// the runtime's own entry points keeps the fast path at one relaxed load; only while the count is
+// non-zero do we ask the runtime about the stream at hand.
+#include "streams.h"
+
+#include "real.h"
+
+_Atomic int cci__captures;
+
+// Per-thread default streams have no handle of their own, so each thread gets a key from a range
+// no real stream handle (a user-space pointer, < 2^48 on every 64-bit target) can take.
+#define PER_THREAD_KEY_BASE 0xffff000000000000ull
+static _Atomic uint64_t next_thread_key;
+static _Thread_local uint64_t thread_key __attribute__((tls_model("initial-exec")));  // see intercept.c
+
+static uint64_t per_thread_key(void)
+{
+    if (__builtin_expect(thread_key == 0, 0))
+        thread_key = PER_THREAD_KEY_BASE + atomic_fetch_add(&next_thread_key, 1);
+    return thread_key;
+}
+
+uint64_t cci_stream_key(cudaStream_t s, int ptsz)
+{
+    if (s == cci_cudaStreamLegacy || (s == NULL && !ptsz))
+        return CCI_KEY_LEGACY;
+    if (s == NULL || s == cci_cudaStreamPerThread)
+        return per_thread_key();
+    return (uint64_t)(uintptr_t)s;
+}
+
+// The stream the real runtime should be asked about, spelled so the plain entry point
+// understands it whichever default stream the caller meant.
+static cudaStream_t explicit_stream(cudaStream_t s, int ptsz)
+{
+    return (s == NULL && ptsz) ? cci_cudaStreamPerThread : s;
+}
+
+int cci_stream_capturing(cudaStream_t s, int ptsz)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cci_real_rt()->cudaStreamIsCapturing(explicit_stream(s, ptsz), &st) != cudaSuccess)
+        return 0;
+    return st != cudaStreamCaptureStatusNone;
+}
+
+cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    cudaError_t rc = ptsz ? rt->cudaStreamBeginCapture_ptsz(s, m) : rt->cudaStreamBeginCapture(s, m);
+    if (rc == cudaSuccess)
+        atomic_fetch_add(&cci__captures, 1);
+    return rc;
+}
+
+cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
+                                          const cudaGraphNode_t *deps,
+                                          const cudaGraphEdgeData *edata, size_t ndeps,
+                                          cudaStreamCaptureMode m, int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    cudaError_t rc = ptsz ? rt->cudaStreamBeginCaptureToGraph_ptsz(s, g, deps, edata, ndeps, m)
+                          : rt->cudaStreamBeginCaptureToGraph(s, g, deps, edata, ndeps, m);
+    if (rc == cudaSuccess)
+        atomic_fetch_add(&cci__captures, 1);
+    return rc;
+}
+
+cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz)
+{
+    // EndCapture can fail with the capture still running (called from the wrong thread) or end
+    // it while failing (an invalidated capture): the stream's state before and after, not the
+    // return code, says whether a capture ended.
+    int was = cci_stream_capturing(s, ptsz);
+    const cci_real_runtime *rt = cci_real_rt();
+    cudaError_t rc = ptsz ? rt->cudaStreamEndCapture_ptsz(s, g) : rt->cudaStreamEndCapture(s, g);
+    if (was && !cci_stream_capturing(s, ptsz)) {
+        int n = atomic_load(&cci__captures);
+        while (n > 0 && !atomic_compare_exchange_weak(&cci__captures, &n, n - 1))
+            ;
+    }
+    return rc;
+}
+
+void cci_streams_atfork_child(void)
+{
+    atomic_store(&cci__captures, 0);
+}

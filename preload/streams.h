@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// Streams as the core sees them (uint64 keys), and whether a graph capture may be underway.
+#ifndef CCI_PRELOAD_STREAMS_H
+#define CCI_PRELOAD_STREAMS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "cuda_abi.h"
+
+/// The legacy default stream's key.
+#define CCI_KEY_LEGACY 0
+
+/// The core's key for `s`. `ptsz` says which default stream 0 means: the legacy one for the plain
+/// entry points, the calling thread's own for the _ptsz ones (each thread gets a key of its own).
+uint64_t cci_stream_key(cudaStream_t s, int ptsz);
+
+/// Captures begun through the runtime and not ended yet, in any thread.
+extern _Atomic int cci__captures;
+
+/// Cheap test for the fast path: 0 means no capture begun through the runtime is underway, so
+/// no stream needs asking. A capture begun behind our back (driver API, a static cudart) is not
+/// seen here; the backend then finds out from the driver's own refusal to synchronise.
+static inline int cci_capture_maybe_active(void)
+{
+    return atomic_load_explicit(&cci__captures, memory_order_relaxed) > 0;
+}
+
+/// 1 when `s` is capturing (active or invalidated) according to the real runtime.
+int cci_stream_capturing(cudaStream_t s, int ptsz);
+
+/// Forwarders for the capture entry points that keep cci__captures up to date.
+cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int ptsz);
+cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
+                                          const cudaGraphNode_t *deps,
+                                          const cudaGraphEdgeData *edata, size_t ndeps,
+                                          cudaStreamCaptureMode m, int ptsz);
+cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz);
+
+/// A fork child has no captures (they belonged to the parent's threads).
+void cci_streams_atfork_child(void);
+
+#endif

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// Graph capture: calls on a capturing stream pass through to CUDA untouched, no device
+// synchronisation runs while a capture is underway, and caching resumes after it.
+#include "ptest.h"
+
+int main(void)
+{
+    ptest_api api = ptest_get_api();
+    CHECK(api.is_active() == 1, "the preload is active");
+    cudaStream_t s, other;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+
+    // Warm the cache so a deferred free is pending when the capture starts.
+    void *pending;
+    CUDA_OK(cudaMalloc(&pending, 4096));
+    CUDA_OK(cudaFree(pending));
+
+    cci_stats before = ptest_stats(&api, 0);
+    fakecuda_reset_counters();
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    void *g;
+    CUDA_OK(cudaMallocAsync(&g, 65536, s));
+    CHECK(fakecuda_device_allocs() == 1,
+          "cudaMallocAsync on the capturing stream reached CUDA (graph allocation node)");
+    CUDA_OK(cudaFreeAsync(g, s));
+
+    // Relaxed mode: a plain cudaMalloc is allowed and gets real memory outside our pools.
+    void *r;
+    CUDA_OK(cudaMalloc(&r, 8192));
+    CHECK(fakecuda_device_allocs() == 2, "cudaMalloc during a capture passes through to CUDA");
+
+    // Another stream is not capturing: it is served from the cache, and the deferred frees
+    // batched meanwhile must not trigger a synchronisation (it would break the capture).
+    for (int i = 0; i < 200; i++) {
+        void *p;
+        CUDA_OK(cudaMallocAsync(&p, 4096, other));
+        CUDA_OK(cudaFree(p));
+    }
+    CHECK(fakecuda_device_allocs() <= 3, "a non-capturing stream is still served from the cache");
+    CHECK(fakecuda_ctx_sync_calls() == 0, "no device synchronisation while the capture is underway");
+    cci_stats mid = ptest_stats(&api, 0);
+    CHECK(mid.num_sync_all_streams == before.num_sync_all_streams,
+          "the core kept its deferred blocks pending");
+
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess, "the capture ends cleanly (not invalidated)");
+    unsigned long long frees = fakecuda_device_frees();
+    CUDA_OK(cudaFree(r));
+    CHECK(fakecuda_device_frees() == frees + 1,
+          "the memory CUDA allocated during the capture is freed by CUDA");
+
+    // 1000 pairs of 4 KiB outgrow one 2 MiB segment: reuse needs a batch synchronisation.
+    fakecuda_reset_counters();
+    for (int i = 0; i < 1000; i++) {
+        void *p;
+        CUDA_OK(cudaMalloc(&p, 4096));
+        CUDA_OK(cudaFree(p));
+    }
+    cci_stats after = ptest_stats(&api, 0);
+    CHECK(fakecuda_device_allocs() <= 1 && after.num_sync_all_streams > mid.num_sync_all_streams,
+          "after the capture, caching and batched synchronisation resume");
+
+    // Global mode: CUDA refuses a plain cudaMalloc (and invalidates the capture); so do we.
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaError_t e = cudaMalloc(&r, 8192);
+    CHECK(e == cudaErrorStreamCaptureUnsupported,
+          "cudaMalloc inside a global-mode capture fails as CUDA's does (%d)", (int)e);
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+          "... and the capture is invalidated, as without the preload");
+    cudaGetLastError();
+    void *p;
+    fakecuda_reset_counters();
+    CUDA_OK(cudaMalloc(&p, 4096));
+    CHECK(fakecuda_device_allocs() == 0, "once the capture has ended, cudaMalloc is cached again");
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaStreamDestroy(other));
+    return 0;
+}
