@@ -86,13 +86,33 @@ static int decide_mode(void)
 // context: forget them without any CUDA call (the memory is not the child's to free) and start
 // over with empty pools and statistics. The create lock may have been held by a parent thread
 // that does not exist here.
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&create_lock);
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
+        cci_allocator *a = atomic_load(&cci__alloc[d]);
+        if (a)
+            cci_allocator_fork_prepare(a);
+    }
+}
+
+static void atfork_parent(void)
+{
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
+        cci_allocator *a = atomic_load(&cci__alloc[d]);
+        if (a)
+            cci_allocator_fork_parent(a);
+    }
+    pthread_mutex_unlock(&create_lock);
+}
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&create_lock, NULL);
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
         cci_allocator *a = atomic_exchange(&cci__alloc[d], NULL);
         if (a)
-            cci_allocator_destroy(a, 0);
+            cci_allocator_fork_child(a);
     }
     atomic_store(&device_bound, 0);
     atomic_store(&used, 0);
@@ -108,7 +128,7 @@ static void state_init(void)
     (void)cci_real_rt();
     int mode = decide_mode();
     if (mode == CCI_MODE_ACTIVE)
-        pthread_atfork(NULL, NULL, atfork_child);
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atomic_store_explicit(&cci__mode, mode, memory_order_release);
 }
 

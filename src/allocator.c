@@ -535,6 +535,16 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
     free(a);
 }
 
+void cci_allocator_fork_prepare(cci_allocator *a) { pthread_mutex_lock(&a->lock); }
+void cci_allocator_fork_parent(cci_allocator *a) { pthread_mutex_unlock(&a->lock); }
+
+void cci_allocator_fork_child(cci_allocator *a)
+{
+    // The forking thread took the lock in prepare and is the one thread that exists here.
+    pthread_mutex_unlock(&a->lock);
+    cci_allocator_destroy(a, 0);
+}
+
 int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
 {
     pthread_mutex_lock(&a->lock);

@@ -43,6 +43,13 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
 /// them (a fork child, or exit when the device is already gone).
 void cci_allocator_destroy(cci_allocator *a, int release_segments);
 
+/// fork() support (pthread_atfork order): prepare takes the allocator lock so that no other
+/// thread is half-way through a change when the address space is copied; parent releases it;
+/// child releases it and destroys the copy without touching any segment.
+void cci_allocator_fork_prepare(cci_allocator *a);
+void cci_allocator_fork_parent(cci_allocator *a);
+void cci_allocator_fork_child(cci_allocator *a);
+
 #define CCI_MAX_OBSERVERS 4
 /// Attaches an observer; returns 0, or -1 when all slots are taken.
 int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud);
