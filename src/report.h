@@ -26,14 +26,23 @@
 //
 //   out of memory: when cci_malloc finally returns CCI_EOOM, before returning
 //     cudaErrorMemoryAllocation, and with no allocator lock held:
-//       cci_report_oom(2, a, requested, device_free_or_minus_1);
+//       cci_report_oom(2, a, tl[dev], requested, device_free_or_minus_1);
+//
+//   the public cci_dump_report(path): cci_report_dump(allocs, tl, ndev, path, NULL, 1) (the
+//     name's extension picks the format; %p/%r/%h are expanded there too).
+//
+// Everything here reads host-side bookkeeping only, never the device, so it works from a
+// destructor after CUDA has shut down. Dumps from several threads at once are safe (each takes
+// its own snapshot); their output to one destination would interleave, so serialise them there.
 //
 // Async-signal safety, function by function:
 //   NOT safe: cci_report_snapshot_take / _free, cci_report_render, cci_report_write,
 //             cci_report_dump, cci_report_oom, cci_report_open_destination, the timeline functions
 //             (locks, malloc, stdio formatting, getenv).
-//   safe:     cci_report_write_all (a write(2) loop over a buffer rendered beforehand), and the
-//             timeline observer itself, which runs under the allocator lock and never allocates.
+//   safe:     cci_report_write_all (a write(2) loop over a buffer rendered beforehand). A handler
+//             may therefore write a report that a normal thread rendered earlier, nothing more.
+//   The timeline's observer runs under the allocator lock and never allocates or blocks for
+//   long: about 10 ns per allocator event with the monotonic clock (a coarse clock, 1-4 ms).
 #ifndef CCI_REPORT_H
 #define CCI_REPORT_H
 
@@ -69,6 +78,11 @@ typedef struct cci_report_misses {
     uint64_t segment_bytes;   ///< bytes of the segments those requests caused
     uint64_t min_request;     ///< smallest block size among them (0 when count == 0)
     uint64_t max_request;
+    // The same for requests above 20 MiB, the only ones a max_split_size_mb setting can help
+    // (PyTorch does not accept a limit at or below 20 MiB).
+    uint64_t large_count;
+    uint64_t large_segment_bytes;
+    uint64_t large_min_request;
 } cci_report_misses;
 
 typedef struct cci_report_timeline cci_report_timeline;
@@ -98,6 +112,7 @@ typedef struct cci_report_frag {
     uint64_t cached_free;      ///< free, reusable blocks
     uint64_t inactive_split;   ///< free blocks inside segments that are split (not releasable)
     uint64_t largest_free;
+    uint64_t oversize_free;    ///< free blocks of max_split_size or more (only a limit makes any)
     uint64_t free_blocks;
     uint64_t segments, small_segments;
     uint64_t blocks;
@@ -192,12 +207,15 @@ int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tl
 
 /// Writes the out-of-memory block for a request of `requested` bytes that `a` could not serve.
 /// device_free: what the driver reports free (cudaMemGetInfo), or -1 when unknown (then capacity
-/// minus our reservations is shown, marked as an estimate). One write(2) of a stack buffer; the
-/// layout is copied (malloc) to find the advice, and left out if that fails. Call it with no
-/// allocator lock held. Returns 0 or -1.
-int cci_report_oom(int fd, cci_allocator *a, size_t requested, long long device_free);
-/// The same text into buf (tests); returns the length (truncated at buflen - 1).
-size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, size_t requested,
-                             long long device_free);
+/// minus our reservations is shown, marked as an estimate). tl: the device's timeline or NULL
+/// (it adds the fragmentation-miss advice). Formatted into a stack buffer and written with one
+/// write(2); the layout is copied (malloc) to find the advice, and left out if that fails. Call
+/// it with no allocator lock held. Returns 0 or -1.
+int cci_report_oom(int fd, cci_allocator *a, cci_report_timeline *tl, size_t requested,
+                   long long device_free);
+/// The same text, without the "ccinterpose[pid]: error: " prefix, into buf (tests); returns the
+/// length (truncated at buflen - 1).
+size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl,
+                             size_t requested, long long device_free);
 
 #endif

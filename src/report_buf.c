@@ -69,21 +69,43 @@ void cci__sb_putc(cci_sb *b, char c, size_t n)
     b->buf[b->len] = '\0';
 }
 
+// Length of the well-formed UTF-8 sequence at p (overlongs and surrogates rejected), or 0.
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n == 0)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0) || (c == 0xf0 && p[1] < 0x90) ||
+        (c == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return n;
+}
+
 void cci__sb_json_str(cci_sb *b, const char *s)
 {
     cci__sb_putc(b, '"', 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            cci__sb_printf(b, "\\%c", *p);
-        else if (*p == '\n')
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        size_t n;
+        if (*p == '"' || *p == '\\') {
+            cci__sb_printf(b, "\\%c", *p++);
+        } else if (*p == '\n') {
             cci__sb_puts(b, "\\n");
-        else if (*p < 0x20 || *p == 0x7f)
-            cci__sb_printf(b, "\\u%04x", *p);
-        else if (*p >= 0x80)
-            // Program names and host names are not promised to be UTF-8; JSON must be.
-            cci__sb_printf(b, "\\u%04x", *p);
-        else
-            cci__sb_putc(b, (char)*p, 1);
+            p++;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            cci__sb_printf(b, "\\u%04x", *p++);
+        } else if (*p < 0x80) {
+            cci__sb_putc(b, (char)*p++, 1);
+        } else if ((n = utf8_len(p)) != 0) {
+            cci__sb_printf(b, "%.*s", (int)n, (const char *)p);
+            p += n;
+        } else {
+            // Program and host names are bytes, not promised UTF-8; JSON must be. Read as Latin-1.
+            cci__sb_printf(b, "\\u%04x", *p++);
+        }
     }
     cci__sb_putc(b, '"', 1);
 }
@@ -154,6 +176,43 @@ const cci_stat_row cci__stat_rows[] = {
 };
 const size_t cci__stat_nrows = sizeof cci__stat_rows / sizeof cci__stat_rows[0];
 const char *const cci__pool_keys[CCI_POOL_KINDS] = {"all", "small_pool", "large_pool"};
+
+#define FIG(key, label, kind) {#key, label, offsetof(cci_report_frag, key), kind}
+
+const cci_frag_row cci__frag_rows[] = {
+    FIG(reserved, "Reserved", CCI_FIG_BYTES),
+    FIG(allocated, "Allocated", CCI_FIG_BYTES),
+    FIG(requested, "Requested (before rounding)", CCI_FIG_BYTES),
+    FIG(pending, "Freed, waiting for a stream", CCI_FIG_BYTES),
+    FIG(cached_free, "Cached free (reusable)", CCI_FIG_BYTES),
+    FIG(inactive_split, "Inactive split (free inside split segments)", CCI_FIG_BYTES),
+    FIG(largest_free, "Largest free block", CCI_FIG_BYTES),
+    FIG(oversize_free, "Free in blocks >= max_split_size", CCI_FIG_BYTES),
+    FIG(free_blocks, "Free blocks", CCI_FIG_COUNT),
+    FIG(ratio, "Fragmentation ratio (1 - largest / free)", CCI_FIG_RATIO),
+    FIG(segments, "Segments", CCI_FIG_COUNT),
+    FIG(small_segments, "  of them small-pool segments", CCI_FIG_COUNT),
+    FIG(blocks, "Blocks", CCI_FIG_COUNT),
+};
+const size_t cci__frag_nrows = sizeof cci__frag_rows / sizeof cci__frag_rows[0];
+
+const char *cci__frag_value(const cci_report_frag *f, const cci_frag_row *r, char *buf, size_t buflen)
+{
+    const char *p = (const char *)f + r->offset;
+    if (!f->valid) {
+        snprintf(buf, buflen, "-");
+    } else if (r->kind == CCI_FIG_RATIO) {
+        // Integer arithmetic: a host program's LC_NUMERIC must not turn the point into a comma.
+        double v = *(const double *)p;
+        unsigned c = (unsigned)((v < 0 ? 0 : v > 1 ? 1 : v) * 100.0 + 0.5);
+        snprintf(buf, buflen, "%u.%02u", c / 100, c % 100);
+    } else if (r->kind == CCI_FIG_COUNT) {
+        snprintf(buf, buflen, "%llu", (unsigned long long)*(const uint64_t *)p);
+    } else {
+        cci__human((int64_t) * (const uint64_t *)p, buf, buflen);
+    }
+    return buf;
+}
 
 // ---- render and write ------------------------------------------------------------------------
 

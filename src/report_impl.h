@@ -50,6 +50,21 @@ static inline const cci_stat *cci__stat_at(const cci_stats *st, const cci_stat_r
     return (const cci_stat *)((const char *)st + r->offset) + (r->per_pool ? pool : 0);
 }
 
+/// The fragmentation figures, in the order every printer shows them.
+typedef enum { CCI_FIG_BYTES, CCI_FIG_COUNT, CCI_FIG_RATIO } cci_fig_kind;
+typedef struct cci_frag_row {
+    const char *key;      ///< JSON key
+    const char *label;    ///< text and HTML label
+    size_t offset;        ///< of the uint64_t (or the double, for CCI_FIG_RATIO) in cci_report_frag
+    cci_fig_kind kind;
+} cci_frag_row;
+
+extern const cci_frag_row cci__frag_rows[];
+extern const size_t cci__frag_nrows;
+
+/// One figure as text: humanised bytes, a count, or the ratio with two decimals; "-" if !f->valid.
+const char *cci__frag_value(const cci_report_frag *f, const cci_frag_row *r, char *buf, size_t buflen);
+
 // ---- the individual printers ------------------------------------------------------------------
 void cci__report_text(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_json(cci_sb *b, const cci_report_snapshot *s);
@@ -61,6 +76,10 @@ void cci__advice_compute(cci_report_device *d);
 /// Timeline copy for the snapshot: malloc'ed samples, or NULL / 0 when empty.
 int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
                        cci_timeline_clock *clock, cci_report_misses *misses);
+/// One device's share of a snapshot (layouts, stats, timeline copy, config); derived figures are
+/// left to the caller. 0 or -1; cci__device_free either way.
+int cci__device_take(cci_report_device *d, cci_allocator *a, cci_report_timeline *tl);
+void cci__device_free(cci_report_device *d);
 /// Indices of the largest segments of l (by size, then address), at most max of them.
 size_t cci__largest_segments(const cci_layout *l, size_t *idx, size_t max);
 

@@ -37,6 +37,8 @@ void cci__frag_compute(const cci_layout *l, cci_report_frag *f)
                     f->inactive_split += b->size;
                 if (b->size > f->largest_free)
                     f->largest_free = b->size;
+                if (b->size >= l->stats.max_split_size)
+                    f->oversize_free += b->size;
                 unsigned k = b->size ? 63u - (unsigned)__builtin_clzll((unsigned long long)b->size) : 0;
                 f->hist_count[k]++;
                 f->hist_bytes[k] += b->size;
@@ -97,7 +99,7 @@ static void process_info(cci_report_snapshot *s)
         strftime(s->time_utc, sizeof s->time_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int take_device(cci_report_device *d, cci_allocator *a, cci_report_timeline *tl)
+int cci__device_take(cci_report_device *d, cci_allocator *a, cci_report_timeline *tl)
 {
     d->device = cci_allocator_device(a);
     if (cci_layout_take(a, &d->now) != 0)
@@ -115,6 +117,16 @@ static int take_device(cci_report_device *d, cci_allocator *a, cci_report_timeli
     return 0;
 }
 
+void cci__device_free(cci_report_device *d)
+{
+    cci_layout_free(&d->now);
+    if (d->have_peak)
+        cci_layout_free(&d->peak);
+    free(d->samples);
+    d->samples = NULL;
+    d->nsamples = 0;
+}
+
 int cci_report_snapshot_take(cci_report_snapshot *s, cci_allocator *const *allocs,
                              cci_report_timeline *const *tls, int n)
 {
@@ -128,7 +140,7 @@ int cci_report_snapshot_take(cci_report_snapshot *s, cci_allocator *const *alloc
             continue;
         // Devices are counted as they succeed, so snapshot_free never sees a half-taken one twice.
         cci_report_device *d = &s->devices[s->ndevices++];
-        if (take_device(d, allocs[i], tls ? tls[i] : NULL) != 0) {
+        if (cci__device_take(d, allocs[i], tls ? tls[i] : NULL) != 0) {
             cci_report_snapshot_free(s);
             return -1;
         }
@@ -139,13 +151,8 @@ int cci_report_snapshot_take(cci_report_snapshot *s, cci_allocator *const *alloc
 
 void cci_report_snapshot_free(cci_report_snapshot *s)
 {
-    for (int i = 0; s->devices && i < s->ndevices; i++) {
-        cci_report_device *d = &s->devices[i];
-        cci_layout_free(&d->now);
-        if (d->have_peak)
-            cci_layout_free(&d->peak);
-        free(d->samples);
-    }
+    for (int i = 0; s->devices && i < s->ndevices; i++)
+        cci__device_free(&s->devices[i]);
     free(s->devices);
     memset(s, 0, sizeof *s);
 }

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+// Where a report goes and in which form: %p/%r/%h file names so that every rank of a torchrun job
+// gets its own file, the format from the extension or an explicit name, and the whole dump path.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "report_impl.h"
+
+int cci_report_format_parse(const char *name, cci_report_format *out)
+{
+    static const struct { const char *name; cci_report_format fmt; } names[] = {
+        {"text", CCI_REPORT_TEXT}, {"txt", CCI_REPORT_TEXT}, {"json", CCI_REPORT_JSON},
+        {"html", CCI_REPORT_HTML}, {"htm", CCI_REPORT_HTML},
+    };
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++) {
+        if (strcasecmp(name, names[i].name) == 0) {
+            *out = names[i].fmt;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+cci_report_format cci_report_format_for_path(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *dot = strrchr(slash ? slash : path, '.');
+    cci_report_format f;
+    // Only json and html select a format: "report.txt" and "report.log" are both text.
+    if (dot && cci_report_format_parse(dot + 1, &f) == 0)
+        return f;
+    return CCI_REPORT_TEXT;
+}
+
+// An integer environment variable, or -1 when unset or not a plain non-negative number.
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < 0 || n > 1000000000L)
+        return -1;
+    return (int)n;
+}
+
+int cci_report_rank_from_env(void)
+{
+    int r = env_int("RANK");
+    if (r < 0)
+        r = env_int("LOCAL_RANK");
+    return r < 0 ? 0 : r;
+}
+
+int cci_report_expand_path(const char *pattern, long pid, int rank, const char *host, char *out, size_t outlen)
+{
+    if (outlen == 0)
+        return -1;
+    size_t o = 0;
+    int overflow = 0;
+    for (const char *p = pattern; *p && !overflow; p++) {
+        char piece[160];
+        const char *add = piece;
+        if (p[0] == '%' && p[1] == 'p')
+            snprintf(piece, sizeof piece, "%ld", pid), p++;
+        else if (p[0] == '%' && p[1] == 'r')
+            snprintf(piece, sizeof piece, "%d", rank), p++;
+        else if (p[0] == '%' && p[1] == 'h')
+            add = host ? host : "", p++;
+        else if (p[0] == '%' && p[1] == '%')
+            add = "%", p++;
+        else
+            piece[0] = *p, piece[1] = '\0';
+        size_t n = strlen(add);
+        if (o + n >= outlen) {
+            n = outlen - 1 - o;
+            overflow = 1;
+        }
+        memcpy(out + o, add, n);
+        o += n;
+    }
+    out[o] = '\0';
+    return overflow ? -1 : 0;
+}
+
+int cci_report_open_destination(const char *pattern, const char *format, cci_report_format *fmt, char *path,
+                                size_t pathlen)
+{
+    if (pathlen)
+        path[0] = '\0';
+    int to_stderr = !pattern || !*pattern || strcmp(pattern, "-") == 0;
+    if (!to_stderr) {
+        char host[128];
+        if (gethostname(host, sizeof host) != 0)
+            snprintf(host, sizeof host, "unknown");
+        host[sizeof host - 1] = '\0';
+        if (cci_report_expand_path(pattern, (long)getpid(), cci_report_rank_from_env(), host, path, pathlen) != 0) {
+            cci_log(CCI_LOG_ERROR, "CCI_REPORT: the file name made from '%s' is too long", pattern);
+            return -1;
+        }
+    }
+    if (format && *format) {
+        if (cci_report_format_parse(format, fmt) != 0) {
+            cci_log(CCI_LOG_ERROR, "CCI_REPORT_FORMAT: '%s' is not a report format: expected text, json or html",
+                    format);
+            return -1;
+        }
+    } else {
+        *fmt = to_stderr ? CCI_REPORT_TEXT : cci_report_format_for_path(path);
+    }
+    if (to_stderr)
+        return 2;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        cci_log(CCI_LOG_ERROR, "CCI_REPORT: cannot write the report to '%s': %s", path, strerror(errno));
+    return fd;
+}
+
+void cci_report_close_destination(int fd)
+{
+    if (fd > 2)
+        close(fd);
+}
+
+int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n, const char *pattern,
+                    const char *format, int force)
+{
+    cci_report_snapshot s;
+    if (cci_report_snapshot_take(&s, allocs, tls, n) != 0) {
+        cci_log(CCI_LOG_ERROR, "report: out of host memory while taking the snapshot");
+        return -1;
+    }
+    if (!force && !cci_report_has_activity(&s)) {
+        cci_report_snapshot_free(&s);
+        return 1;
+    }
+    cci_report_format fmt = CCI_REPORT_TEXT;
+    char path[4096];
+    int fd = cci_report_open_destination(pattern, format, &fmt, path, sizeof path);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = fd < 0 ? -1 : cci_report_render(fmt, &s, &buf, &len);
+    cci_report_snapshot_free(&s);
+    if (rc == 0 && cci_report_write_all(fd, buf, len) != 0) {
+        cci_log(CCI_LOG_ERROR, "report: writing to '%s' failed: %s", *path ? path : "stderr", strerror(errno));
+        rc = -1;
+    } else if (rc != 0 && fd >= 0) {
+        cci_log(CCI_LOG_ERROR, "report: out of host memory while printing");
+    }
+    free(buf);
+    if (fd >= 0)
+        cci_report_close_destination(fd);
+    return rc;
+}

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: MIT
+// The JSON report: every statistic under its torch.cuda.memory_stats() key, so scripts written for
+// PyTorch read ours unchanged, then the fragmentation figures, both layouts, the timeline and the
+// advice. Numbers are integers (bytes) except the ratio; addresses fit a double exactly (< 2^53).
+#include <stdio.h>
+
+#include "report_impl.h"
+
+static void key(cci_sb *b, int *first, const char *k)
+{
+    cci__sb_puts(b, *first ? "\n      " : ",\n      ");
+    *first = 0;
+    cci__sb_json_str(b, k);
+    cci__sb_puts(b, ": ");
+}
+
+static void stats(cci_sb *b, const cci_stats *st)
+{
+    static const char *const fields[] = {"current", "peak", "allocated", "freed"};
+    int first = 1;
+    char k[96];
+    cci__sb_puts(b, "{");
+    for (size_t i = 0; i < cci__stat_nrows; i++) {
+        const cci_stat_row *r = &cci__stat_rows[i];
+        for (int p = 0; p < (r->per_pool ? CCI_POOL_KINDS : 1); p++) {
+            const cci_stat *v = cci__stat_at(st, r, p);
+            const int64_t vals[4] = {v->current, v->peak, v->allocated, v->freed};
+            for (int f = 0; f < 4; f++) {
+                if (r->per_pool)
+                    snprintf(k, sizeof k, "%s.%s.%s", r->key, cci__pool_keys[p], fields[f]);
+                else
+                    snprintf(k, sizeof k, "%s.%s", r->key, fields[f]);
+                key(b, &first, k);
+                cci__sb_printf(b, "%lld", (long long)vals[f]);
+            }
+        }
+    }
+    const struct { const char *k; uint64_t v; } scalars[] = {
+        {"num_alloc_retries", st->num_alloc_retries},
+        {"num_ooms", st->num_ooms},
+        {"num_sync_all_streams", st->num_sync_all_streams},
+        {"num_device_alloc", st->num_device_alloc},
+        {"num_device_free", st->num_device_free},
+    };
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
+        key(b, &first, scalars[i].k);
+        cci__sb_printf(b, "%llu", (unsigned long long)scalars[i].v);
+    }
+    // PyTorch stores "no limit" as SIZE_MAX in a signed 64-bit field, which Python sees as -1.
+    key(b, &first, "max_split_size");
+    cci__sb_printf(b, "%lld", st->max_split_size == UINT64_MAX ? -1LL : (long long)st->max_split_size);
+    cci__sb_puts(b, "\n    }");
+}
+
+static void frag(cci_sb *b, const cci_report_frag *f)
+{
+    if (!f->valid) {
+        cci__sb_puts(b, "null");
+        return;
+    }
+    cci__sb_puts(b, "{");
+    for (size_t i = 0; i < cci__frag_nrows; i++) {
+        const cci_frag_row *r = &cci__frag_rows[i];
+        const char *p = (const char *)f + r->offset;
+        cci__sb_printf(b, "%s\"%s\": ", i ? ", " : "", r->key);
+        if (r->kind == CCI_FIG_RATIO) {
+            // Integer arithmetic, not %f: a host program's LC_NUMERIC could turn the point into a comma.
+            double v = *(const double *)p;
+            unsigned long long micro = (unsigned long long)((v < 0 ? 0 : v > 1 ? 1 : v) * 1e6 + 0.5);
+            cci__sb_printf(b, "%llu.%06llu", micro / 1000000, micro % 1000000);
+        } else {
+            cci__sb_printf(b, "%llu", (unsigned long long)*(const uint64_t *)p);
+        }
+    }
+    cci__sb_puts(b, ",\n        \"free_block_histogram\": [");
+    int first = 1;
+    for (int k = 0; k < CCI_REPORT_HIST_BUCKETS; k++) {
+        if (!f->hist_count[k])
+            continue;
+        cci__sb_printf(b, "%s{\"min\": %llu, \"count\": %llu, \"bytes\": %llu}", first ? "" : ", ",
+                       1ULL << k, (unsigned long long)f->hist_count[k], (unsigned long long)f->hist_bytes[k]);
+        first = 0;
+    }
+    cci__sb_puts(b, "]}");
+}
+
+static void layout(cci_sb *b, const cci_layout *l, int have)
+{
+    if (!have) {
+        cci__sb_puts(b, "null");
+        return;
+    }
+    cci__sb_puts(b, "[");
+    for (size_t i = 0; i < l->nsegments; i++) {
+        const cci_segment_desc *sd = &l->segments[i];
+        cci__sb_printf(b, "%s\n        {\"address\": %llu, \"size\": %llu, \"stream\": %llu, \"pool\": \"%s\", "
+                       "\"blocks\": [",
+                       i ? "," : "", (unsigned long long)sd->addr, (unsigned long long)sd->size,
+                       (unsigned long long)sd->stream, sd->small_pool ? "small" : "large");
+        for (size_t k = 0; k < sd->nblocks; k++) {
+            const cci_block_desc *bd = &sd->blocks[k];
+            cci__sb_printf(b, "%s[%llu, %llu, %d, %llu]", k ? ", " : "", (unsigned long long)(bd->addr - sd->addr),
+                           (unsigned long long)bd->size, bd->state, (unsigned long long)bd->requested);
+        }
+        cci__sb_puts(b, "]}");
+    }
+    cci__sb_puts(b, l->nsegments ? "\n      ]" : "]");
+}
+
+static void device(cci_sb *b, const cci_report_device *d)
+{
+    cci__sb_printf(b, "  {\n    \"device\": %d,\n    \"config\": ", d->device);
+    cci__sb_json_str(b, d->config);
+    cci__sb_puts(b, ",\n    \"stats\": ");
+    stats(b, &d->stats);
+    cci__sb_printf(b, ",\n    \"largest_free_block\": %llu,\n    \"device_capacity\": %llu,\n",
+                   (unsigned long long)d->stats.largest_free_block, (unsigned long long)d->stats.device_capacity);
+    cci__sb_puts(b, "    \"fragmentation\": {\n      \"at_peak\": ");
+    frag(b, &d->frag_peak);
+    cci__sb_puts(b, ",\n      \"at_exit\": ");
+    frag(b, &d->frag_now);
+    const cci_report_misses *m = &d->misses;
+    cci__sb_printf(b, ",\n      \"misses\": {\"count\": %llu, \"segment_bytes\": %llu, \"min_request\": %llu, "
+                   "\"max_request\": %llu, \"large_count\": %llu, \"large_segment_bytes\": %llu, "
+                   "\"large_min_request\": %llu}\n    },\n",
+                   (unsigned long long)m->count, (unsigned long long)m->segment_bytes,
+                   (unsigned long long)m->min_request, (unsigned long long)m->max_request,
+                   (unsigned long long)m->large_count, (unsigned long long)m->large_segment_bytes,
+                   (unsigned long long)m->large_min_request);
+    cci__sb_puts(b, "    \"segments\": {\n      \"block_fields\": [\"offset\", \"size\", \"state\", \"requested\"],\n"
+                    "      \"block_states\": [\"free\", \"allocated\", \"waiting\"],\n      \"at_peak\": ");
+    layout(b, &d->peak, d->have_peak);
+    cci__sb_puts(b, ",\n      \"at_exit\": ");
+    layout(b, &d->now, 1);
+    cci__sb_printf(b, "\n    },\n    \"timeline\": {\"clock\": \"%s\", "
+                   "\"fields\": [\"t\", \"allocated\", \"reserved\", \"allocated_max\", \"reserved_max\"], "
+                   "\"samples\": [",
+                   d->clock == CCI_TIMELINE_CLOCK_EVENTS ? "events" : "us");
+    for (size_t i = 0; i < d->nsamples; i++) {
+        const cci_timeline_sample *t = &d->samples[i];
+        cci__sb_printf(b, "%s[%llu, %llu, %llu, %llu, %llu]", i ? (i % 4 ? ", " : ",\n      ") : "",
+                       (unsigned long long)t->t, (unsigned long long)t->allocated, (unsigned long long)t->reserved,
+                       (unsigned long long)t->allocated_max, (unsigned long long)t->reserved_max);
+    }
+    cci__sb_puts(b, "]},\n    \"advice\": [");
+    for (size_t k = 0; k < d->nadvice; k++) {
+        cci__sb_printf(b, "%s\n      {\"rule\": ", k ? "," : "");
+        cci__sb_json_str(b, d->advice[k].rule);
+        cci__sb_puts(b, ", \"text\": ");
+        cci__sb_json_str(b, d->advice[k].text);
+        cci__sb_puts(b, "}");
+    }
+    cci__sb_puts(b, d->nadvice ? "\n    ]\n  }" : "]\n  }");
+}
+
+void cci__report_json(cci_sb *b, const cci_report_snapshot *s)
+{
+    cci__sb_puts(b, "{\n  \"report\": \"libccinterpose\",\n  \"version\": 1,\n  \"process\": {\"program\": ");
+    cci__sb_json_str(b, s->program);
+    cci__sb_printf(b, ", \"pid\": %ld, \"rank\": %d, \"host\": ", s->pid, s->rank);
+    cci__sb_json_str(b, s->host);
+    cci__sb_puts(b, ", \"time_utc\": ");
+    cci__sb_json_str(b, s->time_utc);
+    cci__sb_puts(b, "},\n  \"devices\": [\n");
+    for (int i = 0; i < s->ndevices; i++) {
+        device(b, &s->devices[i]);
+        cci__sb_puts(b, i + 1 < s->ndevices ? ",\n" : "\n");
+    }
+    cci__sb_puts(b, "  ]\n}\n");
+}

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// The out-of-memory message: what PyTorch users expect to read when an allocation finally fails
+// (request, capacity, free, allocated, reserved but unallocated), plus the largest free block and
+// the advice. Written as one block with one write(2) so that other threads and ranks cannot cut
+// into it, and before the program has a chance to die.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report_impl.h"
+
+#define OOM_BUF 8192
+#define WRAP 100
+
+typedef struct out {
+    char *buf;
+    size_t cap, len;
+} out;
+
+static void put(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out *o, const char *fmt, ...)
+{
+    if (o->len + 1 >= o->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len += (size_t)n < o->cap - o->len ? (size_t)n : o->cap - o->len - 1;
+}
+
+// The advice paragraphs wrapped under a four-space indent; words are never split.
+static void put_wrapped(out *o, const char *prefix, const char *text)
+{
+    put(o, "%s", prefix);
+    size_t col = strlen(prefix);
+    int first_word = 1;
+    for (const char *p = text; *p;) {
+        while (*p == ' ')
+            p++;
+        const char *w = p;
+        while (*p && *p != ' ')
+            p++;
+        int len = (int)(p - w);
+        if (!len)
+            break;
+        if (!first_word && col + 1 + (size_t)len > WRAP) {
+            put(o, "\n    ");
+            col = 4;
+        } else if (!first_word) {
+            put(o, " ");
+            col++;
+        }
+        put(o, "%.*s", len, w);
+        col += (size_t)len;
+        first_word = 0;
+    }
+    put(o, "\n");
+}
+
+static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free)
+{
+    char h1[16], h2[16], h3[16], h4[16];
+    cci_report_device *d = calloc(1, sizeof *d);
+    int have_layout = d && cci__device_take(d, a, tl) == 0;
+    cci_stats st;
+    if (have_layout)
+        st = d->stats;
+    else
+        cci_alloc_stats(a, &st);
+    int dev = cci_allocator_device(a);
+    uint64_t reserved = (uint64_t)st.reserved_bytes[CCI_POOL_ALL].current;
+    uint64_t allocated = (uint64_t)st.allocated_bytes[CCI_POOL_ALL].current;
+    uint64_t unalloc = reserved > allocated ? reserved - allocated : 0;
+
+    put(o, "CUDA out of memory. Tried to allocate %s. ", cci__human((int64_t)requested, h1, sizeof h1));
+    if (st.device_capacity) {
+        int estimate = device_free < 0;
+        uint64_t free_b = !estimate ? (uint64_t)device_free
+                          : st.device_capacity > reserved ? st.device_capacity - reserved : 0;
+        put(o, "Device %d has a total capacity of %s of which %s is free%s. ", dev,
+            cci__human((int64_t)st.device_capacity, h2, sizeof h2), cci__human((int64_t)free_b, h3, sizeof h3),
+            estimate ? " (capacity minus our reservations; other users not counted)" : "");
+    } else {
+        put(o, "Device %d has an unknown total capacity. ", dev);
+    }
+    put(o, "Of the allocated memory %s is allocated by libccinterpose, and %s is reserved but unallocated.\n",
+        cci__human((int64_t)allocated, h2, sizeof h2), cci__human((int64_t)unalloc, h3, sizeof h3));
+    put(o, "  Largest free block: %s. On this device so far: %llu OOM(s), %llu cudaMalloc retries.\n",
+        cci__human((int64_t)st.largest_free_block, h4, sizeof h4), (unsigned long long)st.num_ooms,
+        (unsigned long long)st.num_alloc_retries);
+    if (have_layout)
+        put(o, "  Configuration: %s\n", d->config);
+    if (unalloc >= requested && st.largest_free_block < requested) {
+        put_wrapped(o, "  * ",
+                    "The reserved but unallocated memory would hold the request, but no free block is large "
+                    "enough: the cache is fragmented. PyTorch would suggest expandable_segments:True, which "
+                    "libccinterpose does not honour yet; the advice below says what to change instead.");
+    } else if (unalloc < requested) {
+        put_wrapped(o, "  * ",
+                    "Even an empty cache would not make room: the program needs more memory than is left on "
+                    "the device (smaller batches, or fewer live tensors at the peak).");
+    }
+    if (have_layout) {
+        cci__frag_compute(&d->now, &d->frag_now);
+        cci__frag_compute(d->have_peak ? &d->peak : NULL, &d->frag_peak);
+        cci__advice_compute(d);
+        for (size_t k = 0; k < d->nadvice; k++) {
+            // Those two restate the failure itself, which the lines above already say.
+            if (strcmp(d->advice[k].rule, "oom") == 0 || strcmp(d->advice[k].rule, "healthy") == 0)
+                continue;
+            put_wrapped(o, "  * ", d->advice[k].text);
+        }
+    }
+    if (d) {
+        cci__device_free(d);
+        free(d);
+    }
+}
+
+size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl, size_t requested,
+                             long long device_free)
+{
+    if (!buflen)
+        return 0;
+    out o = {buf, buflen, 0};
+    buf[0] = '\0';
+    format_oom(&o, a, tl, requested, device_free);
+    return o.len;
+}
+
+int cci_report_oom(int fd, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free)
+{
+    char buf[OOM_BUF];
+    out o = {buf, sizeof buf, 0};
+    buf[0] = '\0';
+    put(&o, "ccinterpose[%ld]: error: ", (long)getpid());
+    format_oom(&o, a, tl, requested, device_free);
+    return cci_report_write_all(fd, buf, o.len);
+}

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: MIT
+"""The JSON report parses with Python's json module, names every statistic exactly as
+torch.cuda.memory_stats() does, and its figures agree with the statistics (dumped by the fixture
+from cci_alloc_stats by code of its own) and with each other."""
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MiB = 1 << 20
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def torch_keys():
+    keys = set()
+    for stem in ["allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                 "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes"]:
+        for pool in ["all", "small_pool", "large_pool"]:
+            for field in ["current", "peak", "allocated", "freed"]:
+                keys.add(f"{stem}.{pool}.{field}")
+    for stem in ["oversize_allocations", "oversize_segments"]:
+        for field in ["current", "peak", "allocated", "freed"]:
+            keys.add(f"{stem}.{field}")
+    keys |= {"num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
+             "num_device_free", "max_split_size"}
+    return keys
+
+
+def check_device(dev, st):
+    d = dev["device"]
+    stats = dev["stats"]
+    check(set(stats) == torch_keys(),
+          f"device {d}: key set differs: extra {sorted(set(stats) - torch_keys())[:5]}, "
+          f"missing {sorted(torch_keys() - set(stats))[:5]}")
+    for k, v in stats.items():
+        check(st.get(k) == v, f"device {d}: {k} = {v} in JSON, {st.get(k)} in cci_stats")
+    check(dev["largest_free_block"] == st["largest_free_block"], f"device {d}: largest_free_block")
+
+    f = dev["fragmentation"]["at_exit"]
+    check(f["reserved"] == stats["reserved_bytes.all.current"], f"device {d}: reserved at exit")
+    check(f["allocated"] == stats["allocated_bytes.all.current"], f"device {d}: allocated at exit")
+    check(f["requested"] == stats["requested_bytes.all.current"], f"device {d}: requested at exit")
+    check(f["pending"] == stats["active_bytes.all.current"] - stats["allocated_bytes.all.current"],
+          f"device {d}: pending = active - allocated")
+    check(f["allocated"] + f["pending"] + f["cached_free"] == f["reserved"],
+          f"device {d}: allocated + pending + cached free = reserved")
+    check(f["inactive_split"] == stats["inactive_split_bytes.all.current"], f"device {d}: inactive split")
+    check(f["largest_free"] == st["largest_free_block"], f"device {d}: largest free")
+    check(f["segments"] == stats["segment.all.current"], f"device {d}: segments")
+    check(f["small_segments"] == stats["segment.small_pool.current"], f"device {d}: small segments")
+    ratio = 1 - f["largest_free"] / f["cached_free"] if f["cached_free"] else 0.0
+    check(abs(f["ratio"] - ratio) < 1e-5, f"device {d}: ratio {f['ratio']} vs {ratio}")
+    hist = f["free_block_histogram"]
+    check(sum(h["bytes"] for h in hist) == f["cached_free"], f"device {d}: histogram bytes")
+    check(sum(h["count"] for h in hist) == f["free_blocks"], f"device {d}: histogram counts")
+    for h in hist:
+        check(h["min"] & (h["min"] - 1) == 0, f"device {d}: bucket {h['min']} not a power of two")
+
+    peak = dev["fragmentation"]["at_peak"]
+    check(peak is not None and peak["reserved"] == stats["reserved_bytes.all.peak"],
+          f"device {d}: reserved at peak = reserved_bytes.all.peak")
+
+    for when, frag in [("at_exit", f), ("at_peak", peak)]:
+        segs = dev["segments"][when]
+        check(sum(s["size"] for s in segs) == frag["reserved"], f"device {d}: {when} segment sizes")
+        alloc = 0
+        for s in segs:
+            off = 0
+            for (o, size, state, _req) in s["blocks"]:
+                check(o == off, f"device {d}: {when} blocks not contiguous")
+                off += size
+                alloc += size if state == 1 else 0
+            check(off == s["size"], f"device {d}: {when} blocks do not fill the segment")
+        check(alloc == frag["allocated"], f"device {d}: {when} allocated blocks")
+
+    tl = dev["timeline"]
+    samples = tl["samples"]
+    check(tl["clock"] == "events" and len(samples) > 1, f"device {d}: timeline")
+    check(all(a[0] <= b[0] for a, b in zip(samples, samples[1:])), f"device {d}: time goes back")
+    check(samples[-1][1] == stats["allocated_bytes.all.current"], f"device {d}: timeline allocated now")
+    check(samples[-1][2] == stats["reserved_bytes.all.current"], f"device {d}: timeline reserved now")
+    check(max(s[3] for s in samples) == stats["allocated_bytes.all.peak"], f"device {d}: timeline allocated peak")
+    check(max(s[4] for s in samples) == stats["reserved_bytes.all.peak"], f"device {d}: timeline reserved peak")
+    check(dev["advice"] and all(a["text"] and a["rule"] for a in dev["advice"]), f"device {d}: advice")
+    return {a["rule"]: a["text"] for a in dev["advice"]}
+
+
+def main():
+    fixture = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([fixture, "json", tmp], check=True)
+        text = Path(tmp, "report.json").read_text(encoding="utf-8")
+        report = json.loads(text)
+        st = {}
+        for line in Path(tmp, "stats.txt").read_text().splitlines():
+            dev, key, value = line.split()
+            st.setdefault(int(dev), {})[key] = int(value)
+    check(report["process"]["program"] == './tr"ai\\n\n\t\x01 \u00e9', "escaped program name")
+    check(report["process"]["pid"] == 4242, "process pid")
+    devices = report["devices"]
+    check([d["device"] for d in devices] == [0, 1, 2], "three devices")
+    advice = [check_device(dev, st[dev["device"]]) for dev in devices]
+    check("max_split_size_mb:32" in devices[1]["config"], "device 1 configuration")
+    check(devices[1]["stats"]["max_split_size"] == 32 * MiB, "device 1 max_split_size")
+    check(devices[0]["stats"]["max_split_size"] == -1, "unlimited max_split_size reads -1 as in PyTorch")
+    check("max_split_size_mb:64" in advice[2].get("max_split_size", ""), "device 2 split advice")
+    check("oversize_idle" in advice[1], "device 1 oversize advice")
+    check("peak_waste" in advice[0], "device 0 waste advice")
+    m = devices[2]["fragmentation"]["misses"]
+    check(m["large_count"] == 1 and m["large_min_request"] == 64 * MiB, f"device 2 misses {m}")
+    check(devices[2]["stats"]["num_ooms"] == 1, "device 2 OOM")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
