@@ -10,6 +10,7 @@
 #include "export.h"
 #include "real.h"
 #include "report_hook.h"
+#include "reporting.h"
 #include "state.h"
 
 // A device the program could use, whether or not it has allocated there yet.
@@ -63,11 +64,5 @@ CCI_EXPORT int cci_dump_report(const char *path)
 {
     if (!cci_state_active())
         return -1;
-    int fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : STDERR_FILENO;
-    if (fd < 0)
-        return -1;
-    int rc = cci_preload_write_report(fd);
-    if (path && close(fd) != 0)
-        rc = -1;
-    return rc;
+    return cci_pl_report_dump(path ? path : "-");  // "-": stderr, as the header promises for NULL
 }

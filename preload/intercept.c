@@ -8,6 +8,7 @@
 #include "allocator.h"
 #include "log.h"
 #include "real.h"
+#include "reporting.h"
 #include "state.h"
 #include "streams.h"
 
@@ -37,8 +38,7 @@ static cudaError_t runtime_error(cudaError_t code)
 
 static cudaError_t out_of_memory(int device, size_t size)
 {
-    cci_log(CCI_LOG_INFO, "device %d: out of memory for %zu bytes after freeing the cache", device,
-            size);
+    cci_pl_report_oom(device, size);
     return runtime_error(cudaErrorMemoryAllocation);
 }
 

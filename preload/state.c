@@ -8,6 +8,8 @@
 // PYTORCH_CUDA_ALLOC_CONF before its first CUDA call is honoured as PyTorch would honour it.
 #include "state.h"
 
+#include "reporting.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +120,7 @@ static void atfork_child(void)
     atomic_store(&used, 0);
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
+    cci_pl_report_atfork_child();
 }
 
 static void state_init(void)
@@ -127,8 +130,10 @@ static void state_init(void)
                 bad_log_value);
     (void)cci_real_rt();
     int mode = decide_mode();
-    if (mode == CCI_MODE_ACTIVE)
+    if (mode == CCI_MODE_ACTIVE) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+        cci_pl_report_start();
+    }
     atomic_store_explicit(&cci__mode, mode, memory_order_release);
 }
 
@@ -144,6 +149,7 @@ cci_allocator *cci__state_allocator_create(int device)
     if (!a) {
         a = cci_allocator_create(device, &cci__cfg, cci_cuda_backend());
         if (a) {
+            cci_pl_report_attach(device, a);
             // The bound first: a free that can see this allocator must also search it.
             if (device >= atomic_load(&device_bound))
                 atomic_store(&device_bound, device + 1);

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: MIT
+#include "reporting.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "log.h"
+#include "real.h"
+#include "report.h"
+#include "state.h"
+
+static _Atomic(cci_report_timeline *) timelines[CCI_PL_MAX_DEVICES];
+static char report_pattern[1024];  // copied at start: the program may change its environment
+static char report_format[16];
+static int report_off;
+static int dump_pipe[2] = {-1, -1};
+static int dump_signal;
+static struct sigaction previous_action;
+
+void cci_pl_report_attach(int device, cci_allocator *a)
+{
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return;
+    cci_allocator_track_peak(a, 1);
+    cci_report_timeline *tl = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
+    if (tl && cci_report_timeline_attach(tl, a) == 0) {
+        cci_report_timeline *old = atomic_exchange(&timelines[device], tl);
+        (void)old;  // an allocator replaced after cudaDeviceReset: its timeline may still be read
+    } else if (tl) {
+        cci_report_timeline_destroy(tl);
+    }
+}
+
+// Gathers the allocators and timelines that exist now, in device order.
+static int collect(cci_allocator **allocs, cci_report_timeline **tls)
+{
+    int n = cci_state_device_bound();
+    for (int d = 0; d < n; d++) {
+        allocs[d] = cci_state_allocator_peek(d);
+        tls[d] = allocs[d] ? atomic_load(&timelines[d]) : NULL;
+    }
+    return n;
+}
+
+static int dump(const char *pattern, int force)
+{
+    cci_allocator *allocs[CCI_PL_MAX_DEVICES];
+    cci_report_timeline *tls[CCI_PL_MAX_DEVICES];
+    int n = collect(allocs, tls);
+    return cci_report_dump(allocs, tls, n, pattern, pattern ? NULL : report_format, force);
+}
+
+int cci_pl_report_dump(const char *path)
+{
+    return dump(path ? path : report_pattern, 1) < 0 ? -1 : 0;
+}
+
+void cci_pl_report_oom(int device, size_t requested)
+{
+    cci_allocator *a = cci_state_allocator_peek(device);
+    if (!a)
+        return;
+    long long device_free = -1;
+    size_t free_b = 0, total_b = 0;
+    const cci_real_runtime *rt = cci_real_rt();
+    if (rt->cudaMemGetInfo && rt->cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        device_free = (long long)free_b;
+    cci_report_oom(STDERR_FILENO, a, atomic_load(&timelines[device]), requested, device_free);
+}
+
+// ---- the exit report ------------------------------------------------------------------------
+
+// CUDA is already torn down when library destructors run: the report reads host-side data only.
+__attribute__((destructor)) static void exit_report(void)
+{
+    static _Atomic int done;
+    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || !cci_state_used() || report_off ||
+        atomic_exchange(&done, 1))
+        return;
+    dump(report_pattern, 0);
+}
+
+// ---- live dump on a signal --------------------------------------------------------------------
+
+// The handler only wakes the dumper thread: the interrupted thread may hold an allocator lock,
+// and gathering a report takes those locks and allocates.
+static void on_dump_signal(int sig, siginfo_t *info, void *uc)
+{
+    int saved = errno;
+    if (dump_pipe[1] >= 0) {
+        char c = 1;
+        ssize_t w = write(dump_pipe[1], &c, 1);
+        (void)w;
+    }
+    errno = saved;
+    // Chain a handler the program had installed; its default action (terminate) is not chained:
+    // the point of the dump is that the program goes on.
+    if (previous_action.sa_flags & SA_SIGINFO) {
+        if (previous_action.sa_sigaction)
+            previous_action.sa_sigaction(sig, info, uc);
+    } else if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
+        previous_action.sa_handler(sig);
+    }
+}
+
+static void *dumper(void *arg)
+{
+    (void)arg;
+    char c;
+    for (;;) {
+        ssize_t r = read(dump_pipe[0], &c, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return NULL;
+        dump(report_pattern, 1);
+    }
+}
+
+static int parse_signal(const char *v)
+{
+    if (!v || !*v)
+        return SIGUSR1;
+    if (!strcasecmp(v, "none") || !strcmp(v, "0") || !strcasecmp(v, "off"))
+        return 0;
+    if (!strncasecmp(v, "SIG", 3))
+        v += 3;
+    if (!strcasecmp(v, "USR1"))
+        return SIGUSR1;
+    if (!strcasecmp(v, "USR2"))
+        return SIGUSR2;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end == 0 && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP)
+        return (int)n;
+    return -1;
+}
+
+static void start_dumper(void)
+{
+    int sig = parse_signal(getenv("CCI_DUMP_SIGNAL"));
+    if (sig < 0) {
+        cci_log(CCI_LOG_WARNING, "CCI_DUMP_SIGNAL=%s: expected USR1, USR2, a signal number or none; "
+                "using SIGUSR1", getenv("CCI_DUMP_SIGNAL"));
+        sig = SIGUSR1;
+    }
+    if (!sig)
+        return;
+    if (pipe2(dump_pipe, O_CLOEXEC) != 0) {
+        cci_log(CCI_LOG_WARNING, "no pipe for the dump signal (%s); live dumps disabled", strerror(errno));
+        return;
+    }
+    fcntl(dump_pipe[1], F_SETFL, O_NONBLOCK);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    // The dumper must not take the signal itself: it would only wake itself.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t, &attr, dumper, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        cci_log(CCI_LOG_WARNING, "no dumper thread (%s); live dumps disabled", strerror(rc));
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_dump_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &previous_action) == 0)
+        dump_signal = sig;
+}
+
+void cci_pl_report_start(void)
+{
+    const char *p = getenv("CCI_REPORT");
+    const char *f = getenv("CCI_REPORT_FORMAT");
+    if (p && (!strcasecmp(p, "off") || !strcasecmp(p, "none")))
+        report_off = 1;
+    else if (p && strlen(p) < sizeof report_pattern)
+        strcpy(report_pattern, p);
+    else if (p)
+        cci_log(CCI_LOG_WARNING, "CCI_REPORT is longer than %zu bytes; reporting to stderr",
+                sizeof report_pattern - 1);
+    cci_report_format fmt;
+    if (f && *f && cci_report_format_parse(f, &fmt) != 0)
+        cci_log(CCI_LOG_WARNING, "CCI_REPORT_FORMAT=%s: expected text, json or html; choosing by the "
+                "file name", f);
+    else if (f && strlen(f) < sizeof report_format)
+        strcpy(report_format, f);
+    start_dumper();
+}
+
+void cci_pl_report_atfork_child(void)
+{
+    // The dumper thread does not exist in the child; a signal there would only fill the pipe
+    // that the parent's dumper reads. Live dumps stay off in fork children.
+    if (dump_pipe[1] >= 0) {
+        close(dump_pipe[0]);
+        close(dump_pipe[1]);
+        dump_pipe[0] = dump_pipe[1] = -1;
+    }
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
+        atomic_store(&timelines[d], NULL);  // they observe allocators the child has dropped
+}

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// The preload's side of the reports: a timeline per device, the exit report, the live dump on a
+// signal, the out-of-memory block, and cci_dump_report. The report contents live in src/report*.
+#ifndef CCI_PRELOAD_REPORTING_H
+#define CCI_PRELOAD_REPORTING_H
+
+#include <stddef.h>
+
+#include "allocator.h"
+
+/// Reads CCI_REPORT, CCI_REPORT_FORMAT and CCI_DUMP_SIGNAL, and installs the dump signal. Called
+/// once, at the first CUDA call, when the layer is active.
+void cci_pl_report_start(void);
+/// Attaches the timeline (and peak tracking) to a new allocator before its first allocation.
+void cci_pl_report_attach(int device, cci_allocator *a);
+/// Writes the out-of-memory block on stderr. No allocator lock may be held.
+void cci_pl_report_oom(int device, size_t requested);
+/// Writes the full report now: `path` NULL = the configured destination (CCI_REPORT, else
+/// stderr). 0, or -1 on error.
+int cci_pl_report_dump(const char *path);
+/// Forgets the timelines of a fork child's inherited allocators.
+void cci_pl_report_atfork_child(void);
+
+#endif
