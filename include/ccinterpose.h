@@ -2,9 +2,23 @@
 /**
  * @file ccinterpose.h
  * Opt-in API of libccinterpose for programs that want to read the allocator's statistics,
- * empty its cache or print its report while running under `LD_PRELOAD=libccinterpose.so`.
+ * empty its cache or print its report while running under `LD_PRELOAD=libccinterpose.so`
+ * (or the `ccinterpose` launcher).
  *
  * Statistics carry the names and meanings of PyTorch's `torch.cuda.memory_stats()`.
+ *
+ * Programs do not link libccinterpose: compile with `pkg-config --cflags ccinterpose` and nothing
+ * else. With GCC and Clang the five functions below are weak references, reached through
+ * `static inline` wrappers of the same names: under the preload they call the library; without
+ * it the program still loads and the API answers "not active" (0, -1 or ""). Taking a function's
+ * address gives the wrapper, which is always callable.
+ *
+ * The preload answers only if the dynamic linker can bind the reference, which needs
+ * position-independent code (the compilers' default on current distributions). An executable
+ * built with `-fno-pic -no-pie` gets its weak references resolved to null at link time and sees
+ * the API as "not active" even under the preload. Define `CCI_NO_WEAK` before including this
+ * header to get plain declarations instead (the program must then run under the preload, or link
+ * it, to load at all).
  */
 #ifndef CCINTERPOSE_H
 #define CCINTERPOSE_H
@@ -53,16 +67,59 @@ typedef struct cci_stats {
     uint64_t device_capacity;      /**< total device memory, bytes (0 when unknown) */
 } cci_stats;
 
+/* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a
+   weak declaration in the defining file would make the exported definitions weak too, and the
+   wrappers below would collide with the definitions' names. */
+#if !defined(CCI_BUILDING_PRELOAD) && !defined(CCI_NO_WEAK) && (defined(__GNUC__) || defined(__clang__))
+#define CCI_API_OPTIONAL 1
+#define CCI_API_WEAK __attribute__((weak))
+#else
+#define CCI_API_OPTIONAL 0
+#define CCI_API_WEAK
+#endif
+
 /** 1 when the preload is loaded and managing memory, 0 otherwise. */
-int cci_is_active(void);
+CCI_API_WEAK int cci_is_active(void);
 /** Fills *out for `device`. Returns 0, or -1 when inactive or the device is unknown. Set out->size first. */
-int cci_get_stats(int device, cci_stats *out);
+CCI_API_WEAK int cci_get_stats(int device, cci_stats *out);
 /** Gives every whole cached segment of `device` back to the driver. Returns 0 or -1. */
-int cci_empty_cache(int device);
+CCI_API_WEAK int cci_empty_cache(int device);
 /** The effective configuration in CCI_ALLOC_CONF grammar; "" when inactive. */
-const char *cci_config_string(void);
+CCI_API_WEAK const char *cci_config_string(void);
 /** Writes the report (format from the extension: .txt, .json, .html) to `path`, NULL = stderr. 0 or -1. */
-int cci_dump_report(const char *path);
+CCI_API_WEAK int cci_dump_report(const char *path);
+
+#if CCI_API_OPTIONAL
+/* Each wrapper calls the library when the dynamic linker bound the weak reference (the preload is
+   loaded), and otherwise gives the "not active" answer documented above. They must come before
+   the macros, so that their bodies name the library's functions, not themselves. */
+static inline int cci_opt_is_active(void)
+{
+    return cci_is_active ? cci_is_active() : 0;
+}
+static inline int cci_opt_get_stats(int device, cci_stats *out)
+{
+    return cci_get_stats ? cci_get_stats(device, out) : -1;
+}
+static inline int cci_opt_empty_cache(int device)
+{
+    return cci_empty_cache ? cci_empty_cache(device) : -1;
+}
+static inline const char *cci_opt_config_string(void)
+{
+    return cci_config_string ? cci_config_string() : "";
+}
+static inline int cci_opt_dump_report(const char *path)
+{
+    return cci_dump_report ? cci_dump_report(path) : -1;
+}
+/* Object-like, so that a call, a function pointer and `&cci_get_stats` all reach the wrapper. */
+#define cci_is_active cci_opt_is_active
+#define cci_get_stats cci_opt_get_stats
+#define cci_empty_cache cci_opt_empty_cache
+#define cci_config_string cci_opt_config_string
+#define cci_dump_report cci_opt_dump_report
+#endif
 
 #ifdef __cplusplus
 }

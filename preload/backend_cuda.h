@@ -4,6 +4,7 @@
 #define CCI_PRELOAD_BACKEND_CUDA_H
 
 #include "backend.h"
+#include "cuda_abi.h"
 
 /// Devices we manage; a program's device ordinal at or above this passes through.
 #define CCI_PL_MAX_DEVICES 64
@@ -16,6 +17,9 @@ cci_backend cci_cuda_backend(void);
 /// Before cudaDeviceReset: give back our hold on the device's primary context, so that the next
 /// use retains the context the reset leaves behind.
 void cci_cuda_backend_drop_device(int device);
+/// The primary context of `device` that our segments live in: the one the backend holds, or
+/// with `retain` = 1 retained now if it holds none yet. NULL when there is none.
+CUcontext cci_cuda_backend_primary(int device, int retain);
 /// In a fork child: forget the parent's contexts without driver calls.
 void cci_cuda_backend_atfork_child(void);
 

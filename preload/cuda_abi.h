@@ -41,12 +41,22 @@ typedef struct cudaIpcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } cudaI
 typedef int CUresult;
 enum {
     CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NOT_FOUND = 500,
 };
-typedef int CUdevice;
+typedef int CUdevice;                    // the device ordinal, as cuDeviceGet hands it out
 typedef unsigned long long CUdeviceptr;  // CUdeviceptr_v2: the 64-bit ABI of the _v2 entry points
 typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;    // the same handles as cudaStream_t
 typedef int CUstreamCaptureMode;
 enum { CU_STREAM_CAPTURE_MODE_RELAXED = 2 };
+typedef int CUstreamCaptureStatus;       // 0 none, 1 active, 2 invalidated
+typedef struct CUipcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } CUipcMemHandle;
+
+// cuGetProcAddress: flags (CU_GET_PROC_ADDRESS_*) and the symbolStatus of the _v2 ABI.
+typedef uint64_t cuuint64_t;
+typedef int CUdriverProcAddressQueryResult;  // 0 found, 1 symbol not found, 2 version not sufficient
 
 #endif

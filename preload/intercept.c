@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The logic behind the runtime hooks: serve device allocations from the per-device allocators,
-// and hand everything we do not own to the real runtime with its real return code.
+// and hand everything we do not own to the real runtime with its real return code. The
+// allocator side (serve, release, lookup) is shared with the driver level (intercept_driver.c).
 #include "intercept.h"
 
 #include <stdint.h>
 
 #include "allocator.h"
+#include "levels.h"
 #include "log.h"
 #include "real.h"
 #include "reporting.h"
@@ -36,10 +38,23 @@ static cudaError_t runtime_error(cudaError_t code)
     return code;
 }
 
-static cudaError_t out_of_memory(int device, size_t size)
+int cci_pl_serve(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
 {
-    cci_pl_report_oom(device, size);
-    return runtime_error(cudaErrorMemoryAllocation);
+    cci_allocator *a = cci_state_allocator(device);
+    if (!a)
+        return CCI_EBACKEND;
+    int rc = cci_malloc(a, size, stream, addr);
+    if (rc == CCI_OK) {
+        last_device = device;
+        cci_pl_count(level);
+    } else if (rc == CCI_EOOM) {
+        // The report asks the runtime for the device's free memory: that answer must be CUDA's,
+        // not the driver wrapper's (which would add our cache).
+        int outer = cci_pl_forwarding_begin();
+        cci_pl_report_oom(device, size);
+        cci_pl_forwarding_end(outer);
+    }
+    return rc;
 }
 
 // cudaSuccess, cudaErrorMemoryAllocation, or NOT_SERVED when the real runtime should try (no
@@ -47,30 +62,51 @@ static cudaError_t out_of_memory(int device, size_t size)
 // reports its own error code).
 static int serve(void **p, size_t size, int device, uint64_t key)
 {
-    cci_allocator *a = cci_state_allocator(device);
-    if (!a)
-        return NOT_SERVED;
     uintptr_t addr;
-    int rc = cci_malloc(a, size, key, &addr);
+    int rc = cci_pl_serve(CCI_LEVEL_RUNTIME, device, size, key, &addr);
     if (rc == CCI_OK) {
         *p = (void *)addr;
-        last_device = device;
         return cudaSuccess;
     }
-    return rc == CCI_EOOM ? (int)out_of_memory(device, size) : NOT_SERVED;
+    return rc == CCI_EOOM ? (int)runtime_error(cudaErrorMemoryAllocation) : NOT_SERVED;
 }
 
 // Asks the allocators in turn, the last-used device's first.
-static int release(void *p, uint64_t key, cci_free_mode mode)
+int cci_pl_release(uintptr_t p, uint64_t key, cci_free_mode mode)
 {
     int hint = last_device;
     cci_allocator *a = cci_state_allocator_peek(hint);
-    int rc = a ? cci_free(a, (uintptr_t)p, key, mode) : CCI_ENOTOURS;
+    int rc = a ? cci_free(a, p, key, mode) : CCI_ENOTOURS;
     for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
         if (d != hint && (a = cci_state_allocator_peek(d)))
-            rc = cci_free(a, (uintptr_t)p, key, mode);
+            rc = cci_free(a, p, key, mode);
     }
     return rc;
+}
+
+static int release(void *p, uint64_t key, cci_free_mode mode)
+{
+    return cci_pl_release((uintptr_t)p, key, mode);
+}
+
+int cci_pl_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                      size_t *segment_size)
+{
+    int rc = CCI_ENOTOURS;
+    for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (a)
+            rc = cci_block_info(a, p, block, block_size, segment, segment_size);
+    }
+    return rc;
+}
+
+cci_free_mode cci_pl_sync_free_mode(void)
+{
+    // A real cudaFree waits for the device, so work still queued anywhere may use the block: it
+    // waits for the core's next batched synchronisation unless the program opted out.
+    return cci_state_config()->immediate_reuse && !cci_capture_maybe_active() ? CCI_FREE_NOW
+                                                                               : CCI_FREE_DEFERRED;
 }
 
 static cudaError_t invalid_free(const char *fn, void *p)
@@ -80,7 +116,7 @@ static cudaError_t invalid_free(const char *fn, void *p)
     return runtime_error(cudaErrorInvalidValue);
 }
 
-cudaError_t cci_pl_malloc(void **p, size_t size)
+static cudaError_t rt_malloc(void **p, size_t size)
 {
     const cci_real_runtime *rt = cci_real_rt();
     int device;
@@ -94,16 +130,12 @@ cudaError_t cci_pl_malloc(void **p, size_t size)
     return rc == NOT_SERVED ? rt->cudaMalloc(p, size) : rc;
 }
 
-cudaError_t cci_pl_free(void *p)
+static cudaError_t rt_free(void *p)
 {
     const cci_real_runtime *rt = cci_real_rt();
     if (!p || !cci_state_active())
         return rt->cudaFree(p);
-    // A real cudaFree waits for the device, so work still queued anywhere may use p: the block
-    // waits for the core's next batched synchronisation unless the program opted out.
-    cci_free_mode mode = cci_state_config()->immediate_reuse && !cci_capture_maybe_active()
-                             ? CCI_FREE_NOW : CCI_FREE_DEFERRED;
-    int rc = release(p, CCI_KEY_LEGACY, mode);
+    int rc = release(p, CCI_KEY_LEGACY, cci_pl_sync_free_mode());
     if (rc == CCI_ENOTOURS)
         return rt->cudaFree(p);
     return rc == CCI_OK ? cudaSuccess : invalid_free("cudaFree", p);
@@ -122,7 +154,7 @@ static int stream_device(cudaStream_t s, int *device)
     return rc == cudaSuccess ? 0 : -1;
 }
 
-cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
+static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
     cudaError_t (*real)(void **, size_t, cudaStream_t) =
@@ -138,7 +170,7 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
     return rc == NOT_SERVED ? real(p, size, s) : rc;
 }
 
-cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
+static cudaError_t rt_free_async(void *p, cudaStream_t s, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
     cudaError_t (*real)(void *, cudaStream_t) = ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
@@ -153,7 +185,7 @@ cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
     return rc == CCI_OK ? cudaSuccess : invalid_free(ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", p);
 }
 
-cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
+static cudaError_t rt_mem_get_info(size_t *free_b, size_t *total_b)
 {
     const cci_real_runtime *rt = cci_real_rt();
     cudaError_t rc = rt->cudaMemGetInfo(free_b, total_b);
@@ -172,7 +204,7 @@ cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
     return rc;
 }
 
-cudaError_t cci_pl_device_reset(void)
+static cudaError_t rt_device_reset(void)
 {
     const cci_real_runtime *rt = cci_real_rt();
     int device;
@@ -183,19 +215,14 @@ cudaError_t cci_pl_device_reset(void)
     return rt->cudaDeviceReset();
 }
 
-cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
+static cudaError_t rt_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
 {
     const cci_real_runtime *rt = cci_real_rt();
     if (!h || !p || !cci_state_active())
         return rt->cudaIpcGetMemHandle(h, p);
     uintptr_t block = 0, segment = 0;
     size_t block_size = 0, segment_size = 0;
-    int rc = CCI_ENOTOURS;
-    for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
-        cci_allocator *a = cci_state_allocator_peek(d);
-        if (a)
-            rc = cci_block_info(a, (uintptr_t)p, &block, &block_size, &segment, &segment_size);
-    }
+    int rc = cci_pl_block_info((uintptr_t)p, &block, &block_size, &segment, &segment_size);
     if (rc == CCI_ENOTOURS)
         return rt->cudaIpcGetMemHandle(h, p);
     if (rc != CCI_OK) {
@@ -214,4 +241,90 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
         return runtime_error(cudaErrorInvalidValue);
     }
     return rt->cudaIpcGetMemHandle(h, p);
+}
+
+// ---- entry points: the runtime level on or off ------------------------------------------------
+// Off (intercept_level:driver), each hook is the real runtime function: the runtime then reaches
+// the driver, where our wrappers serve the call. On, the hook runs marked as forwarding: when it
+// passes a call to the real runtime (capture, a pointer not ours, a device we do not manage...),
+// the runtime may call the driver through our own wrappers (it found them through our resolver),
+// and those must pass it straight through instead of handling it a second time.
+
+static int runtime_level(void)
+{
+    return cci_state_active() && (cci_pl_levels() & CCI_LEVEL_RUNTIME);
+}
+
+cudaError_t cci_pl_malloc(void **p, size_t size)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaMalloc(p, size);
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_malloc(p, size);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_free(void *p)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaFree(p);
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_free(p);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
+{
+    if (!runtime_level()) {
+        const cci_real_runtime *rt = cci_real_rt();
+        return ptsz ? rt->cudaMallocAsync_ptsz(p, size, s) : rt->cudaMallocAsync(p, size, s);
+    }
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_malloc_async(p, size, s, ptsz);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
+{
+    if (!runtime_level()) {
+        const cci_real_runtime *rt = cci_real_rt();
+        return ptsz ? rt->cudaFreeAsync_ptsz(p, s) : rt->cudaFreeAsync(p, s);
+    }
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_free_async(p, s, ptsz);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaMemGetInfo(free_b, total_b);
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_mem_get_info(free_b, total_b);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_device_reset(void)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaDeviceReset();
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_device_reset();
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaIpcGetMemHandle(h, p);
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt_ipc_get_mem_handle(h, p);
+    cci_pl_forwarding_end(outer);
+    return rc;
 }

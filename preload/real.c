@@ -12,6 +12,42 @@
 
 #include "log.h"
 
+// ---- dlsym ----------------------------------------------------------------------------------
+
+static _Atomic(cci_dlsym_fn) real_dlsym;
+
+static void *dlsym_missing(void *handle, const char *name)
+{
+    (void)handle;
+    (void)name;
+    return NULL;
+}
+
+// dlvsym with a version skips our unversioned definition (a versioned lookup never binds to an
+// unversioned symbol), and RTLD_NEXT starts after us anyway. GLIBC_2.34 is where dlsym moved into
+// libc; the older nodes are the original ones of x86-64 (2.2.5) and AArch64 (2.17). Never
+// __libc_dlsym: it is gone since glibc 2.34.
+cci_dlsym_fn cci_real_dlsym_fn(void)
+{
+    cci_dlsym_fn f = atomic_load_explicit(&real_dlsym, memory_order_acquire);
+    if (__builtin_expect(f != NULL, 1))
+        return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    void *sym = NULL;
+    for (size_t i = 0; !sym && i < sizeof versions / sizeof versions[0]; i++)
+        sym = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (sym)
+        memcpy(&f, &sym, sizeof f);
+    else
+        f = dlsym_missing;
+    // Idempotent: racing threads all store the same answer.
+    atomic_store_explicit(&real_dlsym, f, memory_order_release);
+    if (!sym)
+        cci_log(CCI_LOG_ERROR, "glibc's dlsym not found (dlvsym GLIBC_2.34/2.2.5/2.17); CUDA "
+                "functions cannot be found, libccinterpose passes through");
+    return f;
+}
+
 // ---- runtime --------------------------------------------------------------------------------
 
 #define CCI_X(name, params, args) \
@@ -36,7 +72,7 @@ static void set_slot(void *slot, void *sym)
 
 static void fill_runtime(void *handle)
 {
-#define CCI_X(name, params, args) set_slot(&cci__rt.name, dlsym(handle, #name));
+#define CCI_X(name, params, args) set_slot(&cci__rt.name, cci_real_dlsym(handle, #name));
     CCI_REAL_RUNTIME(CCI_X)
 #undef CCI_X
 }
@@ -63,7 +99,7 @@ static void *pin_owner(void *sym)
 
 static void resolve_runtime(void)
 {
-    void *sym = dlsym(RTLD_NEXT, "cudaMalloc");
+    void *sym = cci_real_dlsym(RTLD_NEXT, "cudaMalloc");
     if (sym) {
         pin_owner(sym);
         fill_runtime(RTLD_NEXT);
@@ -74,7 +110,7 @@ static void resolve_runtime(void)
         if (!dl_iterate_phdr(find_cudart, path))
             return;
         void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-        if (!h || !dlsym(h, "cudaMalloc"))
+        if (!h || !cci_real_dlsym(h, "cudaMalloc"))
             return;
         fill_runtime(h);
         cci_log(CCI_LOG_DEBUG, "real CUDA runtime found outside the global scope: %s", path);
@@ -107,7 +143,7 @@ int cci_real_drv_load(void)
                 e ? e : "unknown error");
         return -1;
     }
-#define CCI_X(name, params) set_slot(&cci_real_drv.name, dlsym(h, #name));
+#define CCI_X(name, params) set_slot(&cci_real_drv.name, cci_real_dlsym(h, #name));
     CCI_REAL_DRIVER(CCI_X)
 #undef CCI_X
     const char *missing = NULL;

@@ -7,6 +7,20 @@
 
 #include "cuda_abi.h"
 
+// ---- dlsym ----------------------------------------------------------------------------------
+// The preload exports `dlsym` itself (dlsym_hook.c), so the public name is ourselves: every
+// lookup the preload makes goes through glibc's own, found with dlvsym.
+typedef void *(*cci_dlsym_fn)(void *handle, const char *name);
+
+/// glibc's dlsym. Never NULL: if it cannot be found (not glibc), a function that finds nothing.
+cci_dlsym_fn cci_real_dlsym_fn(void);
+
+/// glibc's dlsym called from the preload: RTLD_NEXT here means "after libccinterpose".
+static inline void *cci_real_dlsym(void *handle, const char *name)
+{
+    return cci_real_dlsym_fn()(handle, name);
+}
+
 // Every runtime function we forward to. X(name, parameter list, argument list).
 #define CCI_REAL_RUNTIME(X)                                                                  \
     X(cudaMalloc, (void **p, size_t size), (p, size))                                        \

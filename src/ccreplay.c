@@ -1,26 +1,39 @@
 // SPDX-License-Identifier: MIT
-// ccreplay: replay a recorded allocation trace through the core under any configuration.
+// ccreplay: replay a recorded allocation trace through the core under any configuration, or
+// sweep a grid of configurations and recommend one.
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "replay.h"
+#include "sweep.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ccreplay [--conf STR] [--capacity BYTES[K|M|G]] [--json] TRACE\n"
-               "  TRACE    a cci text trace (scripts/snapshot2trace.py makes one from a PyTorch snapshot)\n"
-               "  --conf   allocator configuration, CCI_ALLOC_CONF grammar (default: PyTorch's defaults)\n"
-               "  --capacity  simulated device size; allocations past it count as OOMs (default: unlimited)\n"
-               "  --json   print one JSON object instead of the table\n");
+    fprintf(f,
+            "usage: ccreplay [--conf STR] [--capacity SIZE] [--json] TRACE\n"
+            "       ccreplay --sweep [--capacity SIZE] [--jobs N] TRACE\n"
+            "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
+            "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
+            "  --conf      allocator configuration, CCI_ALLOC_CONF grammar (default: PyTorch's defaults)\n"
+            "  --capacity  simulated device size, e.g. 80G, 512M, 1048576; allocations past it count as\n"
+            "              OOMs (default: unlimited)\n"
+            "  --json      print one JSON object instead of the table\n"
+            "  --sweep     replay a grid of configurations and recommend one\n"
+            "  --jobs      threads for --sweep (default: the number of online CPUs)\n"
+            "exit status: 0 done, 1 out of host memory, 2 bad option or unreadable/malformed trace\n");
 }
 
 static int parse_bytes(const char *s, size_t *out)
 {
     char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
     unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *s == '-')
+    if (end == s)
         return -1;
     unsigned shift = 0;
     if (*end == 'K' || *end == 'k')
@@ -29,9 +42,11 @@ static int parse_bytes(const char *s, size_t *out)
         shift = 20;
     else if (*end == 'G' || *end == 'g')
         shift = 30;
+    else if (*end == 'T' || *end == 't')
+        shift = 40;
     else if (*end)
         return -1;
-    if (shift && end[1])
+    if (shift && end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
         return -1;
     if (v > (SIZE_MAX >> shift))
         return -1;
@@ -41,79 +56,176 @@ static int parse_bytes(const char *s, size_t *out)
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
+// One line on stderr, exit status 2.
+__attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ccreplay: %s (see ccreplay --help)\n", msg);
+    return 2;
+}
+
+static void print_json(const cci_trace *t, const cci_replay_result *r, double secs)
+{
+    double ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
+    printf("{\"format\": \"%s\", \"events\": %llu, \"peak_allocated_bytes\": %llu, \"peak_reserved_bytes\": %llu, "
+           "\"reserved_to_allocated\": %.4f, \"num_device_alloc\": %llu, \"num_ooms\": %llu, "
+           "\"num_alloc_retries\": %llu, \"unmatched_frees\": %llu, \"failed_allocs\": %llu, "
+           "\"trace_ooms\": %llu, \"missing_events\": %llu, \"truncated_bytes\": %llu, \"replay_seconds\": %.6f}\n",
+           t->format, (unsigned long long)r->events, (unsigned long long)r->peak_allocated,
+           (unsigned long long)r->peak_reserved, ratio, (unsigned long long)r->num_device_alloc,
+           (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
+           (unsigned long long)r->unmatched_frees, (unsigned long long)r->failed_allocs,
+           (unsigned long long)t->recorded_ooms, (unsigned long long)t->missing_events,
+           (unsigned long long)t->truncated_bytes, secs);
+}
+
+static void print_text(const char *path, const char *conf, size_t capacity, const cci_trace *t,
+                       const cci_replay_result *r, double secs)
+{
+    double ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
+    printf("trace               %s (%s)\n", path, t->format);
+    if (t->config && *t->config)
+        printf("recorded under      %s\n", t->config);
+    printf("configuration       %s\n", *conf ? conf : "(PyTorch defaults)");
+    if (capacity)
+        printf("device capacity     %.1f MiB\n", mib(capacity));
+    else
+        printf("device capacity     unlimited\n");
+    printf("events              %llu (%.1f M events/s)\n", (unsigned long long)r->events,
+           secs > 0 ? (double)r->events / secs / 1e6 : 0.0);
+    printf("peak allocated      %.1f MiB\n", mib(r->peak_allocated));
+    printf("peak reserved       %.1f MiB\n", mib(r->peak_reserved));
+    printf("reserved/allocated  %.3f\n", ratio);
+    printf("device allocations  %llu\n", (unsigned long long)r->num_device_alloc);
+    printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
+    printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
+    if (t->recorded_ooms)
+        printf("OOMs in the trace   %llu (replayed as allocation attempts, freed at once if they succeed)\n",
+               (unsigned long long)t->recorded_ooms);
+    if (r->unmatched_frees)
+        printf("unmatched frees     %llu (blocks allocated before the trace began)\n",
+               (unsigned long long)r->unmatched_frees);
+}
+
 int main(int argc, char **argv)
 {
-    const char *conf = "", *path = NULL;
+    const char *conf = NULL, *path = NULL;
     size_t capacity = 0;
-    int json = 0;
+    int json = 0, sweep = 0, jobs = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--conf") && i + 1 < argc) {
-            conf = argv[++i];
-        } else if (!strcmp(argv[i], "--capacity") && i + 1 < argc) {
-            if (parse_bytes(argv[++i], &capacity) != 0) {
-                fprintf(stderr, "ccreplay: --capacity: '%s' is not a size (expected e.g. 80G, 512M, 1048576)\n",
-                        argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--json")) {
+        const char *a = argv[i], *val = NULL;
+        char opt[32];
+        // --opt=value and --opt value are both accepted.
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        if (eq && (size_t)(eq - a) < sizeof opt) {
+            memcpy(opt, a, (size_t)(eq - a));
+            opt[eq - a] = 0;
+            a = opt;
+            val = eq + 1;
+        }
+        int takes = !strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--jobs");
+        if (takes && !val) {
+            if (i + 1 >= argc)
+                return bad("%s needs a value", a);
+            val = argv[++i];
+        } else if (!takes && val) {
+            return bad("%s takes no value", a);
+        }
+        if (!strcmp(a, "--conf")) {
+            conf = val;
+        } else if (!strcmp(a, "--capacity")) {
+            if (parse_bytes(val, &capacity) != 0 || capacity == 0)
+                return bad("--capacity: '%s' is not a size (expected e.g. 80G, 512M, 1048576)", val);
+        } else if (!strcmp(a, "--jobs")) {
+            char *end;
+            long j = strtol(val, &end, 10);
+            if (end == val || *end || j < 1 || j > 1024)
+                return bad("--jobs: '%s' is not a number of threads from 1 to 1024", val);
+            jobs = (int)j;
+        } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        } else if (!strcmp(a, "--sweep")) {
+            sweep = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "ccreplay: unexpected argument '%s' (see ccreplay --help)\n", argv[i]);
-            return 2;
+        } else if ((a[0] == '-' && a[1]) || path) {
+            return bad("unexpected argument '%s'", argv[i]);
         } else {
-            path = argv[i];
+            path = a;
         }
     }
     if (!path) {
         usage(stderr);
         return 2;
     }
+    if (sweep && (conf || json))
+        return bad("%s cannot be combined with --sweep", conf ? "--conf" : "--json");
+    if (jobs && !sweep)
+        return bad("%s only applies to --sweep", "--jobs");
+
+    char err[512];
     cci_config cfg;
     cci_config_default(&cfg);
-    char err[512];
+    if (!conf)
+        conf = "";
     if (cci_config_parse(&cfg, conf, "--conf", err, sizeof err, NULL, NULL) != 0) {
         fprintf(stderr, "ccreplay: %s\n", err);
         return 2;
     }
     cci_trace t;
-    if (cci_trace_read_text(path, &t, err, sizeof err) != 0) {
+    if (cci_trace_load(path, &t, err, sizeof err) != 0) {
         fprintf(stderr, "ccreplay: %s\n", err);
         return 2;
     }
+    if (t.truncated_bytes)
+        fprintf(stderr, "ccreplay: warning: %s: the last record is incomplete (%llu bytes, the recording was cut "
+                "short); replaying the %zu complete events before it\n", path,
+                (unsigned long long)t.truncated_bytes, t.n);
+    if (t.missing_events)
+        fprintf(stderr, "ccreplay: warning: %s: %llu events are missing (buffers lost when the recording ended); "
+                "frees of blocks whose allocation is missing are skipped\n", path,
+                (unsigned long long)t.missing_events);
+
+    if (sweep) {
+        if (!jobs) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            jobs = n > 0 ? (int)(n > 1024 ? 1024 : n) : 1;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = cci_sweep(&t, path, capacity, jobs, stdout, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        cci_trace_free(&t);
+        if (rc != 0) {
+            fprintf(stderr, "ccreplay: %s\n", err);
+            return 1;
+        }
+        // On stderr, so that the table itself is the same on every run.
+        fprintf(stderr, "ccreplay: sweep took %.2f s on %d thread%s\n",
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, jobs, jobs > 1 ? "s" : "");
+        return 0;
+    }
+
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cci_replay_result r;
     int rc = cci_replay(&t, &cfg, capacity, &r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    cci_trace_free(&t);
     if (rc != 0) {
+        cci_trace_free(&t);
         fprintf(stderr, "ccreplay: out of host memory during the replay\n");
         return 1;
     }
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    double ratio = r.peak_allocated ? (double)r.peak_reserved / (double)r.peak_allocated : 0;
-    if (json) {
-        printf("{\"events\": %llu, \"peak_allocated_bytes\": %llu, \"peak_reserved_bytes\": %llu, "
-               "\"reserved_to_allocated\": %.4f, \"num_device_alloc\": %llu, \"num_ooms\": %llu, "
-               "\"num_alloc_retries\": %llu, \"unmatched_frees\": %llu, \"replay_seconds\": %.6f}\n",
-               (unsigned long long)r.events, (unsigned long long)r.peak_allocated,
-               (unsigned long long)r.peak_reserved, ratio, (unsigned long long)r.num_device_alloc,
-               (unsigned long long)r.num_ooms, (unsigned long long)r.num_alloc_retries,
-               (unsigned long long)r.unmatched_frees, secs);
-    } else {
-        printf("trace               %s\n", path);
-        printf("configuration       %s\n", *conf ? conf : "(PyTorch defaults)");
-        printf("events              %llu (%.1f M events/s)\n", (unsigned long long)r.events,
-               secs > 0 ? (double)r.events / secs / 1e6 : 0.0);
-        printf("peak allocated      %.1f MiB\n", mib(r.peak_allocated));
-        printf("peak reserved       %.1f MiB\n", mib(r.peak_reserved));
-        printf("reserved/allocated  %.3f\n", ratio);
-        printf("device allocations  %llu\n", (unsigned long long)r.num_device_alloc);
-        printf("OOMs                %llu\n", (unsigned long long)r.num_ooms);
-        printf("alloc retries       %llu\n", (unsigned long long)r.num_alloc_retries);
-    }
+    if (json)
+        print_json(&t, &r, secs);
+    else
+        print_text(path, conf, capacity, &t, &r, secs);
+    cci_trace_free(&t);
     return 0;
 }

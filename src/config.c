@@ -30,6 +30,7 @@ void cci_config_default(cci_config *c)
     c->max_split_size = SIZE_MAX;
     c->max_non_split_rounding = (size_t)LARGE_BUFFER_MIB * MIB;
     c->memgetinfo_cached_as_free = 1;
+    c->intercept_level = CCI_LEVEL_BOTH;
 }
 
 // ---- parse state and messages -------------------------------------------------------------
@@ -455,6 +456,19 @@ static int apply_memgetinfo(parser *p, const key_def *k, const value *v)
     return 0;
 }
 
+static const char *const level_names[] = {NULL, "runtime", "driver", "both"};
+
+static int apply_intercept_level(parser *p, const key_def *k, const value *v)
+{
+    for (int i = CCI_LEVEL_RUNTIME; i <= CCI_LEVEL_BOTH; i++) {
+        if (v->len == strlen(level_names[i]) && memcmp(v->text, level_names[i], v->len) == 0) {
+            p->c->intercept_level = i;
+            return 0;
+        }
+    }
+    return fail_value(p, k->name, v->text, v->len, "is not a known level", k->expect);
+}
+
 static int apply_graph_reuse(parser *p, const key_def *k, const value *v)
 {
     // False is what we do anyway, so only True deserves a notice.
@@ -519,6 +533,7 @@ static const key_def keys[] = {
     {"per_process_memory_fraction", KIND_DOUBLE, apply_fraction, "a number > 0 and <= 1", 1, 0},
     {"immediate_reuse", KIND_BOOL, apply_immediate_reuse, TRUE_FALSE, 1, 0},
     {"memgetinfo_cached_as_free", KIND_BOOL, apply_memgetinfo, TRUE_FALSE, 1, 0},
+    {"intercept_level", KIND_WORD, apply_intercept_level, "runtime, driver or both", 0, 0},
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -770,5 +785,10 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
     }
     put(&o, ",immediate_reuse:%s", tf(c->immediate_reuse));
     put(&o, ",memgetinfo_cached_as_free:%s", tf(c->memgetinfo_cached_as_free));
+    // Printed only when not the default, so the canonical string of every configuration that
+    // predates the key (reports, traces, golden files) stays what it was.
+    if (c->intercept_level != CCI_LEVEL_BOTH && c->intercept_level >= CCI_LEVEL_RUNTIME &&
+        c->intercept_level <= CCI_LEVEL_BOTH)
+        put(&o, ",intercept_level:%s", level_names[c->intercept_level]);
     return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }

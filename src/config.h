@@ -10,6 +10,11 @@
 // 64 GiB (index = log2(size) - 20, clamped to [0, 15]); we keep the same table.
 #define CCI_ROUNDUP_INTERVALS 16
 
+/// The CUDA API levels the preload intercepts (intercept_level). The runtime level hooks
+/// cudaMalloc & co. where the program binds them to a shared libcudart; the driver level wraps
+/// cuMemAlloc_v2 & co. as every cudart copy (static ones included) finds them.
+enum { CCI_LEVEL_RUNTIME = 1, CCI_LEVEL_DRIVER = 2, CCI_LEVEL_BOTH = 3 };
+
 typedef struct cci_config {
     size_t max_split_size;           ///< bytes; SIZE_MAX = no limit (default)
     size_t max_non_split_rounding;   ///< bytes; default 20 MiB
@@ -21,6 +26,7 @@ typedef struct cci_config {
     int release_lock_on_cudamalloc;  ///< accepted; segments are still reserved under the allocator lock
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
+    int intercept_level;             ///< our key: CCI_LEVEL_* bits, never 0; default CCI_LEVEL_BOTH
 } cci_config;
 
 void cci_config_default(cci_config *c);

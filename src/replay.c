@@ -7,6 +7,7 @@
 #include "replay.h"
 
 #define MAX_DEVICES 64
+#define PENDING UINT64_MAX  // map value of a block freed at free_requested, awaiting free_completed
 
 // Open-addressing map from (device, recorded address) to our address. Replays run millions of
 // events a second; a malloc per live block would dominate.
@@ -111,16 +112,41 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
                 rc = -1;
             break;
         }
+        case CCI_TA_FREE_REQUESTED: {
+            // Our recorder's traces: a completion that does not follow at once was the recording
+            // allocator's own batched synchronisation, so the replay's allocator decides it too
+            // (same configuration, same moment). Snapshots complete at the program's events.
+            const cci_trace_event *nx = i + 1 < t->n ? &t->ev[i + 1] : NULL;
+            int at_once = nx && nx->action == CCI_TA_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
+            if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
+                break;
+            res->frees++;
+            cci_free(allocs[d], ours, e->stream, cfg->immediate_reuse ? CCI_FREE_NOW : CCI_FREE_DEFERRED);
+            if (map_put(&map, map_key(d, e->addr), PENDING) != 0)
+                rc = -1;
+            break;
+        }
         case CCI_TA_FREE_COMPLETED:
             if (!map_take(&map, map_key(d, e->addr), &ours)) {
                 res->unmatched_frees++;
                 break;
             }
+            if (ours == PENDING)
+                break;  // already handed to the allocator at its free_requested
             res->frees++;
             cci_free(allocs[d], ours, e->stream, CCI_FREE_NOW);
             break;
+        case CCI_TA_OOM: {
+            // The recorded run tried and failed: try too, so that at the recorded capacity the
+            // same caches are flushed. Where it fits here, the program gave up on the block
+            // anyway, so it goes straight back.
+            uintptr_t p = 0;
+            if (cci_malloc(allocs[d], e->size, e->stream, &p) == CCI_OK)
+                cci_free(allocs[d], p, e->stream, CCI_FREE_NOW);
+            break;
+        }
         default:
-            break;  // our own segments and OOMs follow from the requests
+            break;  // our own segments follow from the requests
         }
     }
     for (int d = 0; d < MAX_DEVICES; d++) {

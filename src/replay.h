@@ -21,14 +21,39 @@ typedef struct cci_trace_event {
     uint8_t action;
 } cci_trace_event;
 
+/// A trace in memory: the events, per device in recorded order, and what the file said about
+/// the run that produced it.
 typedef struct cci_trace {
     cci_trace_event *ev;
     size_t n, cap;
+    const char *format;        ///< "binary", "text" or "snapshot" (static string)
+    char *config;              ///< configuration the run used, when recorded (malloc'd), else NULL
+    uint64_t capacity;         ///< device capacity recorded (bytes), 0 = unknown
+    uint64_t recorded_ooms;    ///< oom events in the trace (not replayed: OOMs follow from capacity)
+    uint64_t skipped;          ///< snapshot entries that carry no allocator change (markers, unknown)
+    uint64_t truncated_bytes;  ///< binary: bytes of an incomplete final record that were left out
+    uint64_t missing_events;   ///< binary: gaps in the event numbers (buffers lost in a crash)
+    /// 1 when a free_completed that does not directly follow its free_requested was decided by
+    /// the recording allocator's own synchronisation (our binary traces): the replay then frees
+    /// such blocks at free_requested as deferred, and its allocator decides when, as the live one
+    /// did. 0 (snapshots, text): a block is released exactly at its free_completed.
+    int policy_frees;
 } cci_trace;
 
-/// Reads a text trace (docs/text-trace-format.md). 0, or -1 with one line in err naming the
-/// file, the line number and the problem.
+/// Reads any trace ccreplay accepts: a binary trace (docs/trace-format.md), a text trace
+/// (docs/text-trace-format.md) or a pickled PyTorch memory snapshot, each plain or compressed with
+/// gzip or xz; the content is recognised by its first bytes, never by the file name. A snapshot is
+/// read by a restricted unpickler that builds plain data only (nothing in the file is ever run).
+/// 0, or -1 with one line in err that names the file and the problem.
+int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen);
+/// Reads a text trace (docs/text-trace-format.md) from a file. 0, or -1 with one line in err
+/// naming the file, the line number and the problem.
 int cci_trace_read_text(const char *path, cci_trace *t, char *err, size_t errlen);
+/// The same from memory; `name` is used in messages.
+int cci_trace_parse_text(const char *buf, size_t len, const char *name, cci_trace *t, char *err,
+                         size_t errlen);
+/// Appends one event; 0 or -1 on host out-of-memory.
+int cci_trace_push(cci_trace *t, const cci_trace_event *e);
 void cci_trace_free(cci_trace *t);
 
 typedef struct cci_replay_result {
@@ -47,7 +72,10 @@ typedef struct cci_replay_result {
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
 /// bytes (0 = unlimited). The program's stream semantics are kept: a block becomes reusable at
-/// its free_completed event. 0, or -1 on host out-of-memory.
+/// its free_completed event. A recorded OOM is replayed as an allocation attempt (freed at once
+/// when it succeeds), so a replay at the recorded capacity flushes the caches the run flushed.
+/// Segment events are not replayed: segments follow from the policy (so an explicit empty_cache
+/// of the recorded program is not reproduced). 0, or -1 on host out-of-memory.
 int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_replay_result *res);
 
 #endif

@@ -75,7 +75,8 @@ static int same_config(const cci_config *a, const cci_config *b)
         a->backend_async != b->backend_async || a->expandable_segments != b->expandable_segments ||
         a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
         a->immediate_reuse != b->immediate_reuse ||
-        a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free)
+        a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free ||
+        a->intercept_level != b->intercept_level)
         return 0;
     for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
         if (a->roundup_divisions[i] != b->roundup_divisions[i])
@@ -163,6 +164,7 @@ static void test_defaults(void)
     CHECK(c.release_lock_on_cudamalloc == 0);
     CHECK(c.immediate_reuse == 0);
     CHECK(c.memgetinfo_cached_as_free == 1);
+    CHECK(c.intercept_level == CCI_LEVEL_BOTH);
 }
 
 static void test_empty(void)
@@ -699,6 +701,7 @@ static void test_format(void)
         c.release_lock_on_cudamalloc = (int)(next_rand() % 2);
         c.immediate_reuse = (int)(next_rand() % 2);
         c.memgetinfo_cached_as_free = (int)(next_rand() % 2);
+        c.intercept_level = 1 + (int)(next_rand() % 3);
         int before = failed;
         ROUNDTRIP(&c);
         if (failed != before)
@@ -715,6 +718,39 @@ static void test_format(void)
     CHECK(strcmp(small, "backend:n") == 0);
 }
 
+static void test_intercept_level(void)
+{
+    cci_config c;
+    char buf[1024];
+    EXPECT_OK(&c, "intercept_level:runtime");
+    CHECK(c.intercept_level == CCI_LEVEL_RUNTIME);
+    CHECK(warned.n == 0);
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, ",intercept_level:runtime") != NULL);
+    ROUNDTRIP(&c);
+    EXPECT_OK(&c, "intercept_level:driver");
+    CHECK(c.intercept_level == CCI_LEVEL_DRIVER);
+    ROUNDTRIP(&c);
+    EXPECT_OK(&c, " intercept_level : both ,max_split_size_mb:40");
+    CHECK(c.intercept_level == CCI_LEVEL_BOTH);
+    // The default is left out of the canonical string, which thus stays what it always was.
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, "intercept_level") == NULL);
+    ROUNDTRIP(&c);
+    // Strict: case-sensitive words only; no numbers, lists or abbreviations.
+    EXPECT_ERROR("intercept_level:Driver", "intercept_level", "'Driver'", "is not a known level",
+                 "runtime, driver or both");
+    EXPECT_ERROR("intercept_level:3", "intercept_level", "'3'");
+    EXPECT_ERROR("intercept_level:run", "intercept_level", "'run'");
+    EXPECT_ERROR("intercept_level:runtime driver", "intercept_level", "'runtime driver'");
+    EXPECT_ERROR("intercept_level:[runtime]", "intercept_level", "is a list");
+    EXPECT_ERROR("intercept_level:", "intercept_level", "empty value");
+    EXPECT_ERROR("intercept_level", "intercept_level", "missing ':'");
+    // Not an allocator key: no "ignored under cudaMallocAsync" notice for it.
+    EXPECT_OK(&c, "backend:cudaMallocAsync,intercept_level:runtime");
+    CHECK(warned.n == 0);
+}
+
 // Random strings stitched from grammar pieces: the parser must answer 0, or -1 with one
 // printable line that names the variable, never touch the configuration on -1, and a string it
 // accepts must print to a canonical form it accepts again.
@@ -723,7 +759,7 @@ static void test_fuzz(void)
     static const char *const pieces[] = {
         "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
         "expandable_segments", "backend", "per_process_memory_fraction", "pinned_num_register_threads",
-        "immediate_reuse", ":", ":", ",", ",", "[", "]", ">", " ", "\t", "\n", "\x01", "\xff",
+        "immediate_reuse", "intercept_level", "driver", ":", ":", ",", ",", "[", "]", ">", " ", "\t", "\n", "\x01", "\xff",
         "0", "1", "2", "3", "4", "16", "21", "256", "0.5", "-", ".", "e", "True", "False", "native",
         "99999999999999999999999", "x",
     };
@@ -772,6 +808,7 @@ int main(void)
     test_structure();
     test_one_line();
     test_format();
+    test_intercept_level();
     test_fuzz();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -96,6 +96,31 @@ static inline void *ptest_real(const char *name)
     return ptest_sym(h, name);
 }
 
+// The fake driver's own entry point, bypassing the preload's driver level as well: the fake
+// libcudart (like every real cudart) reaches the driver through lookups that the preload answers
+// with its wrappers, so ptest_real's functions are intercepted there. Only glibc's own dlsym,
+// found with dlvsym (a versioned lookup skips the preload's unversioned dlsym), sees the driver's
+// functions as they are.
+static inline void *ptest_real_driver(const char *name)
+{
+    void *(*glibc_dlsym)(void *, const char *) = NULL;
+    void *sym = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+    if (!sym)
+        sym = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!sym || !h) {
+        printf("FAIL: glibc's dlsym or libcuda.so.1 not found\n");
+        exit(1);
+    }
+    memcpy(&glibc_dlsym, &sym, sizeof sym);
+    void *p = glibc_dlsym(h, name);
+    if (!p) {
+        printf("FAIL: symbol %s not found in libcuda.so.1\n", name);
+        exit(1);
+    }
+    return p;
+}
+
 // ---- patterns: every 8-byte word of a block depends on the block's seed and its offset ----
 static inline uint64_t ptest_word(uint64_t seed, size_t i)
 {

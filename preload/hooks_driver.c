@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// The CUDA driver entry points we interpose: forwarders only, the logic is in intercept_driver.c.
+// Reached three ways: through our cuGetProcAddress (resolver.c) by every cudart copy, through our
+// dlsym (dlsym_hook.c) when a cudart or library looks them up by name, and directly by programs
+// linked against libcuda (exported unversioned, libccinterpose.map). The resolvers themselves are
+// in resolver.c.
+#include "hooks_driver.h"
+
+#include "intercept_driver.h"
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    return cci_pl_cu_mem_alloc(dptr, size);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    return cci_pl_cu_mem_free(dptr);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return cci_pl_cu_mem_alloc_async(dptr, size, s, 0);
+}
+
+// What the driver hands out for "cuMemAllocAsync" under the per-thread-default-stream flag: the
+// NULL stream is then the calling thread's own default stream.
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return cci_pl_cu_mem_alloc_async(dptr, size, s, 1);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    return cci_pl_cu_mem_free_async(dptr, s, 0);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    return cci_pl_cu_mem_free_async(dptr, s, 1);
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
+{
+    return cci_pl_cu_mem_get_info(free_b, total_b);
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+    return cci_pl_cu_mem_get_address_range(base, size, dptr);
+}
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
+{
+    return cci_pl_cu_ipc_get_mem_handle(h, dptr);
+}
+
+// Teardown: both ABI spellings, each forwarding to its own real function.
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    return cci_pl_cu_primary_ctx_reset(dev, 0);
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    return cci_pl_cu_primary_ctx_reset(dev, 1);
+}
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+    return cci_pl_cu_ctx_destroy(ctx, 0);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    return cci_pl_cu_ctx_destroy(ctx, 1);
+}

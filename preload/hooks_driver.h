@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: MIT
+// The CUDA driver entry points we define, under their exported (ABI-versioned) names.
+#ifndef CCI_PRELOAD_HOOKS_DRIVER_H
+#define CCI_PRELOAD_HOOKS_DRIVER_H
+
+#include "driver_table.h"
+#include "export.h"
+
+#define CCI_X(name, params, args) CCI_EXPORT CUresult name params;
+CCI_DRV_WRAPPED(CCI_X)
+#undef CCI_X
+
+#endif

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: MIT
+// What the driver-level wrappers do. `ptsz` = 1 for the per-thread-default-stream entry points,
+// `v2` = 1 for the _v2 spelling of a teardown call.
+#ifndef CCI_PRELOAD_INTERCEPT_DRIVER_H
+#define CCI_PRELOAD_INTERCEPT_DRIVER_H
+
+#include "cuda_abi.h"
+
+CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size);
+CUresult cci_pl_cu_mem_free(CUdeviceptr dptr);
+CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s, int ptsz);
+CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz);
+CUresult cci_pl_cu_mem_get_info(size_t *free_b, size_t *total_b);
+CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
+CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr);
+CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2);
+CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2);
+
+#endif

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// The two interception levels: which are on, which one a call belongs to, and what each served.
+//
+// Runtime level: cudaMalloc & co. (hooks_runtime.c), reached when a program binds them to a shared
+// libcudart. Driver level: cuMemAlloc_v2 & co. (hooks_driver.c), reached by every cudart copy,
+// static ones included, through our cuGetProcAddress or dlsym. Both serve from one allocator per
+// device, so a block may be freed at either level whichever level allocated it.
+#ifndef CCI_PRELOAD_LEVELS_H
+#define CCI_PRELOAD_LEVELS_H
+
+#include <stdint.h>
+
+#include "config.h"
+
+/// CCI_LEVEL_* bits of the levels that serve allocations; 0 when libccinterpose is off
+/// (CCI_DISABLE, a configuration that does not parse, backend:cudaMallocAsync). Read from the
+/// environment once, without any CUDA call or message, so that the dlsym hook and the resolver
+/// can ask it from any context; the same variables as the state's configuration.
+int cci_pl_levels(void);
+
+/// Set while a runtime hook runs: the real runtime it passes a call to may reach the driver
+/// through our own wrappers, and the call is already handled (or deliberately passed through).
+/// Initial-exec, like the other thread-locals of the preload (see intercept.c).
+extern _Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
+
+static inline int cci_pl_forwarding(void)
+{
+    return cci__forwarding;
+}
+
+/// Marks the calling thread as inside a runtime hook; returns what cci_pl_forwarding_end restores.
+static inline int cci_pl_forwarding_begin(void)
+{
+    int outer = cci__forwarding;
+    cci__forwarding = 1;
+    return outer;
+}
+
+static inline void cci_pl_forwarding_end(int outer)
+{
+    cci__forwarding = outer;
+}
+
+/// Counts one allocation served at `level` (CCI_LEVEL_RUNTIME or CCI_LEVEL_DRIVER).
+void cci_pl_count(int level);
+
+/// Allocations served at each level since start (or fork). Either pointer may be NULL. For the
+/// report: how a program reached us (a static-cudart program shows 0 at runtime level).
+void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver);
+
+#endif

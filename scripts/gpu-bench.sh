@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The GPU benchmark, one device call, everything side by side in the same run (logs under $OUT):
+#   0. bench_core (the allocator core alone, thread scaling on this machine's CPUs);
+#   1. bench_alloc (tests/bench/bench_alloc.c, built -cudart shared and static): raw cudaMalloc,
+#      raw cudaMallocAsync on a pool with an unlimited release threshold, and both under the
+#      preload (default and immediate-reuse modes), per size and for the mixed workload;
+#   2. torch.empty/del from Python: PyTorch's caching allocator vs PYTORCH_NO_CUDA_MEMORY_CACHING=1
+#      under the preload (and, as a floor, without any cache);
+#   3. torch_workloads.py end to end: native, expandable_segments:True, backend:cudaMallocAsync, ours;
+#   4. one table of ratios, last.
+# About 5-7 minutes on an H100; every step is time-boxed and the table is printed regardless.
+#
+# Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS, NVCC, PYTHON.
+set -u -o pipefail
+# shellcheck source=scripts/gpu-common.sh
+source "$(dirname "$0")/gpu-common.sh"
+STEPS=${STEPS:-10}
+status=0
+
+cci_find_nvcc || exit 1
+cci_gpu_banner
+cci_build_preload || exit 1
+cci_nvcc bench_alloc tests/bench/bench_alloc.c tests/bench || exit 1
+cci_say "built bench_alloc (shared and static)"
+
+# ---- 0. the core alone, on this machine's CPUs (thread scaling needs more cores than a laptop) ----
+if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/libccicore.a &&
+   cci_run 60 "$OUT/build-bench_core.log" "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
+       tests/bench/bench_core.c "$CCI_BUILD/src/libccicore.a" -o "$CCI_BUILD/bench_core" -pthread -lm; then
+    cci_run 90 "$OUT/bench_core.txt" "$CCI_BUILD/bench_core" || status=1
+    cci_say "bench_core done ($(nproc) CPUs)"
+fi
+
+# ---- 1. the C benchmark ----------------------------------------------------------------------
+cci_run 200 "$OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --preload "$CCI_PRELOAD" \
+    --exe "$CCI_BIN/bench_alloc.shared" --exe-static "$CCI_BIN/bench_alloc.static" \
+    --log-dir "$OUT/bench_alloc" --json-out "$OUT/bench_alloc.json" --title "bench_alloc on the GPU" || status=1
+sed -n '/^bench_alloc on the GPU/,$p' "$OUT/bench_alloc.txt"
+cci_say "bench_alloc done"
+
+# ---- 2. torch.empty/del ----------------------------------------------------------------------
+cci_run 60 "$OUT/torch_loop-native.log" "$PYTHON" tests/bench/torch_loop.py "PyTorch caching allocator" || status=1
+cci_run 60 "$OUT/torch_loop-ours.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" \
+    "$PYTHON" tests/bench/torch_loop.py "no PyTorch cache, libccinterpose" || status=1
+cci_run 60 "$OUT/torch_loop-nocache-raw.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    "$PYTHON" tests/bench/torch_loop.py "no cache at all (cudaMalloc per tensor)" --budget 0.15 || true
+cci_say "torch.empty/del done"
+
+# ---- 3. end to end ---------------------------------------------------------------------------
+# run_workload WORKLOAD CONFIG ENV-ASSIGNMENTS...
+run_workload() {
+    cci_run 150 "$OUT/torch-$1-$2.log" env "${@:3}" "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$1" --steps "$STEPS"
+}
+if cci_find_workloads; then
+    for w in encoder resnet seedfrag; do
+        run_workload "$w" native || continue
+        run_workload "$w" expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        run_workload "$w" async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+        run_workload "$w" ours PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" || status=1
+        cci_say "$w done"
+    done
+else
+    status=1
+fi
+
+# ---- 4. the ratios -----------------------------------------------------------------------------
+echo
+"$PYTHON" tests/bench/gpu_report.py bench "$OUT" | tee "$OUT/summary.txt" || status=1
+cci_say "gpu-bench: $([[ $status == 0 ]] && echo completed || echo 'completed with failures'); logs in $OUT"
+exit $status

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (sourced, not run): find the tools,
+# build the preload and the CUDA programs, run commands under a time limit with their output kept
+# under $OUT. Both scripts run in one device call each, so nothing here may wait on a prompt or
+# the network, and every step has a timeout.
+
+CCI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$CCI_ROOT" || exit 1
+CCI_BUILD=${CCI_BUILD:-build-gpu}
+# The device sets OUT; by hand the logs land inside the (git-ignored) build directory.
+OUT=${OUT:-$CCI_ROOT/$CCI_BUILD/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+CCI_PRELOAD=$CCI_ROOT/$CCI_BUILD/preload/libccinterpose.so
+CCI_BIN=$CCI_ROOT/$CCI_BUILD/cuda
+CCI_T0=$SECONDS
+PYTHON=${PYTHON:-python3}
+
+cci_say() { printf '[%4ds] %s\n' $((SECONDS - CCI_T0)) "$*"; }
+
+# Seconds left before the script's own deadline (CCI_DEADLINE, default 510 s: the device call
+# is cut at 600 s, and the summary must still be printed).
+cci_left() { echo $(( ${CCI_DEADLINE:-510} - (SECONDS - CCI_T0) )); }
+
+# cci_run SECONDS LOG CMD...: runs CMD with its output in LOG; prints the tail when it fails.
+cci_run() {
+    local limit=$1 log=$2
+    shift 2
+    local left
+    left=$(cci_left)
+    if (( left < 5 )); then
+        echo "skipped: out of time" >"$log"
+        cci_say "SKIPPED (out of time): $*"
+        return 125
+    fi
+    (( limit > left )) && limit=$left
+    local rc=0
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || rc=$?
+    if (( rc != 0 )); then
+        local why="exit $rc"
+        (( rc == 124 || rc == 137 )) && why="timed out after ${limit}s"
+        cci_say "FAILED ($why): $*"
+        tail -n 25 "$log" | sed 's/^/    | /'
+    fi
+    return $rc
+}
+
+# torch_workloads.py: $TORCH_WORKLOADS, else the shared copy beside the repository, else the copy
+# the lead puts into the tree for the device (the device gets the repository only).
+cci_find_workloads() {
+    local c
+    for c in "${TORCH_WORKLOADS:-}" "$CCI_ROOT/../shared/gpu/torch_workloads.py" "$CCI_ROOT/shared-gpu/torch_workloads.py"; do
+        if [[ -n $c && -f $c ]]; then
+            # shellcheck disable=SC2034  # read by the scripts that source this file
+            CCI_WORKLOADS=$(cd "$(dirname "$c")" && pwd)/$(basename "$c")
+            return 0
+        fi
+    done
+    cci_say "torch_workloads.py not found (set TORCH_WORKLOADS, or copy it to shared-gpu/)"
+    return 1
+}
+
+cci_find_nvcc() {
+    NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    [[ -x $NVCC ]] || { cci_say "nvcc not found"; return 1; }
+    CCI_CUDA_LIB=$(cd "$(dirname "$NVCC")/.." && pwd)/lib64
+}
+
+# The core needs uthash.h at build time. Where the system lacks it, a copy beside the repository
+# or in shared-gpu/ (put there by whoever copies the tree to the device) is used through CPATH.
+cci_need_uthash() {
+    if echo '#include <uthash.h>' | ${CC:-cc} -E -x c - >/dev/null 2>&1; then
+        return 0
+    fi
+    local d
+    for d in "${CCI_UTHASH_DIR:-}" "$CCI_ROOT/shared-gpu" "$CCI_ROOT/../shared/gpu"; do
+        if [[ -n $d && -f $d/uthash.h ]]; then
+            export CPATH=$d${CPATH:+:$CPATH}
+            cci_say "using uthash.h from $d"
+            return 0
+        fi
+    done
+    cci_say "uthash.h not found: install uthash-dev or put uthash.h into shared-gpu/"
+    return 1
+}
+
+# Only the preload is built: the device needs nothing else from Meson, and a test that does not
+# compile there must not stop the measurement.
+cci_build_preload() {
+    cci_need_uthash || return 1
+    if [[ ! -f $CCI_BUILD/build.ninja ]]; then
+        cci_run 120 "$OUT/build-setup.log" meson setup "$CCI_BUILD" --buildtype=release -Dtests=false || return 1
+    fi
+    cci_run 240 "$OUT/build-ninja.log" ninja -C "$CCI_BUILD" preload/libccinterpose.so || return 1
+    [[ -f $CCI_PRELOAD ]] || { cci_say "no $CCI_PRELOAD after the build"; return 1; }
+    cci_say "built $CCI_PRELOAD"
+}
+
+# cci_nvcc NAME SOURCE [extra include dirs...]: NAME.shared (-cudart shared, what the preload
+# intercepts today) and NAME.static (nvcc's default static cudart, reached only by driver-level
+# hooks) under $CCI_BIN.
+cci_nvcc() {
+    local name=$1 src=$2
+    shift 2
+    local inc=(-Iinclude -Iexamples)
+    local d
+    for d in "$@"; do inc+=("-I$d"); done
+    mkdir -p "$CCI_BIN"
+    cci_run 120 "$OUT/nvcc-$name.shared.log" "$NVCC" -O2 -cudart shared "${inc[@]}" "$src" -o "$CCI_BIN/$name.shared" \
+        -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -ldl || return 1
+    cci_run 120 "$OUT/nvcc-$name.static.log" "$NVCC" -O2 "${inc[@]}" "$src" -o "$CCI_BIN/$name.static" -ldl || return 1
+}
+
+cci_gpu_banner() {
+    cci_say "repository $CCI_ROOT, output $OUT"
+    { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } 2>&1 | sed 's/^/    /'
+    "$NVCC" --version 2>&1 | tail -n 1 | sed 's/^/    nvcc: /'
+    "$PYTHON" -c 'import torch; print("    torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -n 1
+}

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: MIT
+// `ccreplay --sweep`: a fixed grid of configurations, replayed in parallel, ranked.
+//
+// Determinism: every row is an independent replay (its own simulated devices and allocators),
+// results land in the row's own slot, and ranking happens after all threads are joined with a
+// total order (OOMs, peak reserved, device allocations, then grid position), so neither the
+// number of threads nor their timing can change what is printed.
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sweep.h"
+
+// Within this fraction of the best peak, the configuration with the fewest keys is recommended:
+// a setting that buys nothing measurable is one more thing to get wrong.
+#define NEAR_BEST 0.005
+// Each device allocation is a cudaMalloc (and later a cudaFree) in the real run: a setting that
+// saves memory by multiplying them is reported, but recommended only within this factor.
+#define ALLOC_BUDGET 2u
+
+static const unsigned split_mb[] = {0, 64, 128, 256, 512, 1024};  // 0 = no limit
+static const unsigned divisions[] = {1, 2, 4, 8, 16};              // 1 = plain 512-byte rounding
+static const struct {
+    const char *conf;  // appended as is
+    int with_capacity_only;
+} gc_variants[] = {
+    {"", 0},
+    {"garbage_collection_threshold:0.8,per_process_memory_fraction:0.9", 1},
+    {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.9", 1},
+};
+#define SEED_ADVICE "max_split_size_mb:128"
+
+typedef struct row {
+    char conf[192];
+    int nkeys;
+    cci_config cfg;
+    cci_replay_result res;
+    int rc;
+} row;
+
+typedef struct work {
+    const cci_trace *t;
+    size_t capacity;
+    row *rows;
+    size_t n;
+    atomic_size_t next;
+} work;
+
+static void *worker(void *arg)
+{
+    work *w = arg;
+    for (size_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;)
+        w->rows[i].rc = cci_replay(w->t, &w->rows[i].cfg, w->capacity, &w->rows[i].res);
+    return NULL;
+}
+
+static const row *cmp_base;
+
+static int cmp_rank(const void *a, const void *b)
+{
+    const row *x = &cmp_base[*(const size_t *)a], *y = &cmp_base[*(const size_t *)b];
+    if (x->rc != y->rc)
+        return x->rc ? 1 : -1;
+#define CMP(f)                                                                                    \
+    if (x->res.f != y->res.f)                                                                     \
+        return x->res.f < y->res.f ? -1 : 1;
+    CMP(num_ooms)
+    CMP(peak_reserved)
+    CMP(num_device_alloc)
+#undef CMP
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    return (i > j) - (i < j);
+}
+
+static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
+{
+    size_t n = 0;
+    for (size_t g = 0; g < sizeof gc_variants / sizeof gc_variants[0]; g++) {
+        if (gc_variants[g].with_capacity_only && !capacity)
+            continue;
+        for (size_t s = 0; s < sizeof split_mb / sizeof split_mb[0]; s++)
+            for (size_t d = 0; d < sizeof divisions / sizeof divisions[0]; d++) {
+                row *r = &rows[n];
+                char *p = r->conf;
+                size_t left = sizeof r->conf;
+                int w;
+                r->nkeys = 0;
+                r->conf[0] = 0;
+#define ADD(...)                                                                                  \
+    do {                                                                                          \
+        w = snprintf(p, left, "%s", r->nkeys ? "," : "");                                         \
+        p += w;                                                                                   \
+        left -= (size_t)w;                                                                        \
+        w = snprintf(p, left, __VA_ARGS__);                                                       \
+        p += w;                                                                                   \
+        left -= (size_t)w;                                                                        \
+    } while (0)
+                if (split_mb[s]) {
+                    ADD("max_split_size_mb:%u", split_mb[s]);
+                    r->nkeys++;
+                }
+                if (divisions[d] > 1) {
+                    ADD("roundup_power2_divisions:%u", divisions[d]);
+                    r->nkeys++;
+                }
+                if (*gc_variants[g].conf) {
+                    ADD("%s", gc_variants[g].conf);
+                    r->nkeys += 2;
+                }
+#undef ADD
+                cci_config_default(&r->cfg);
+                char perr[256];
+                if (cci_config_parse(&r->cfg, r->conf, "sweep", perr, sizeof perr, NULL, NULL) != 0) {
+                    snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf, perr);
+                    return 0;
+                }
+                n++;
+            }
+    }
+    return n;
+}
+
+// The recommendation (see the rule printed with it). Ranked order in, one row out.
+static const row *recommend(const row *rows, const size_t *order, size_t n)
+{
+    const row *def = &rows[0];
+    uint64_t min_ooms = rows[order[0]].res.num_ooms, budget = def->res.num_device_alloc * ALLOC_BUDGET;
+    if (budget < def->res.num_device_alloc + 16)
+        budget = def->res.num_device_alloc + 16;
+    const row *best = NULL;  // lowest peak at min_ooms within the budget
+    for (size_t k = 0; k < n && !best; k++)
+        if (rows[order[k]].res.num_ooms == min_ooms && rows[order[k]].res.num_device_alloc <= budget)
+            best = &rows[order[k]];
+    int use_budget = best != NULL;
+    if (!best)
+        best = &rows[order[0]];
+    const row *rec = best;
+    for (size_t k = 0; k < n; k++) {
+        const row *r = &rows[order[k]];
+        if (r->res.num_ooms == min_ooms && (!use_budget || r->res.num_device_alloc <= budget) &&
+            (double)r->res.peak_reserved <= (double)best->res.peak_reserved * (1.0 + NEAR_BEST) &&
+            r->nkeys < rec->nkeys)
+            rec = r;
+    }
+    return rec;
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+static double pct(uint64_t now, uint64_t base)
+{
+    return base ? ((double)now - (double)base) * 100.0 / (double)base : 0.0;
+}
+
+static const row *find_row(const row *rows, size_t n, const char *conf)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(rows[i].conf, conf))
+            return &rows[i];
+    return NULL;
+}
+
+static void print_gain(FILE *out, const row *rec, const row *base, const char *label)
+{
+    if (!base || base == rec)
+        return;
+    uint64_t a = rec->res.peak_reserved, b = base->res.peak_reserved;
+    if (a == b)
+        fprintf(out, "  vs %s: the same peak reserved, %.1f MiB", label, mib(a));
+    else
+        fprintf(out, "  vs %s: %.1f MiB -> %.1f MiB peak reserved, %s %.1f MiB (%.1f %%)", label, mib(b), mib(a),
+                a < b ? "saves" : "costs", mib(a < b ? b - a : a - b), a < b ? -pct(a, b) : pct(a, b));
+    if (rec->res.num_ooms != base->res.num_ooms)
+        fprintf(out, ", OOMs %llu -> %llu", (unsigned long long)base->res.num_ooms,
+                (unsigned long long)rec->res.num_ooms);
+    fputc('\n', out);
+}
+
+int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, FILE *out, char *err,
+              size_t errlen)
+{
+    size_t max = sizeof gc_variants / sizeof gc_variants[0] * sizeof split_mb / sizeof split_mb[0] *
+                 sizeof divisions / sizeof divisions[0];
+    row *rows = calloc(max, sizeof *rows);
+    size_t *order = calloc(max, sizeof *order);
+    pthread_t *th = calloc((size_t)(jobs > 0 ? jobs : 1), sizeof *th);
+    int rc = -1;
+    if (!rows || !order || !th) {
+        snprintf(err, errlen, "out of host memory");
+        goto out;
+    }
+    size_t n = build_grid(rows, capacity, err, errlen);
+    if (!n)
+        goto out;
+    work w = {.t = t, .capacity = capacity, .rows = rows, .n = n};
+    atomic_init(&w.next, 0);
+    int started = 0;
+    for (int i = 0; i < jobs && (size_t)i < n; i++)
+        if (pthread_create(&th[started], NULL, worker, &w) == 0)
+            started++;
+    if (!started)
+        worker(&w);  // no thread could start: do the work here rather than fail
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].rc) {
+            snprintf(err, errlen, "out of host memory replaying '%s'", rows[i].conf);
+            goto out;
+        }
+        order[i] = i;
+    }
+    cmp_base = rows;
+    qsort(order, n, sizeof *order, cmp_rank);
+
+    const row *def = &rows[0], *seed = find_row(rows, n, SEED_ADVICE), *lowest = &rows[order[0]];
+    const row *rec = recommend(rows, order, n);
+    char cap[64] = "unlimited";
+    if (capacity)
+        snprintf(cap, sizeof cap, "%.1f MiB", mib(capacity));
+    fprintf(out, "sweep of %s: %zu events, device capacity %s, %zu configurations\n", name, t->n, cap, n);
+    fprintf(out, "not swept: expandable_segments (not implemented in libccinterpose yet)%s\n\n",
+            capacity ? "" : "; garbage_collection_threshold (needs --capacity)");
+    fprintf(out, "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  OOMs  CCI_ALLOC_CONF\n");
+    for (size_t k = 0; k < n; k++) {
+        const row *r = &rows[order[k]];
+        double ratio = r->res.peak_allocated ? (double)r->res.peak_reserved / (double)r->res.peak_allocated : 0.0;
+        fprintf(out, "%4zu  %17.1f  %+8.1f %%  %18.3f  %13llu  %4llu  %s\n", k + 1, mib(r->res.peak_reserved),
+                pct(r->res.peak_reserved, def->res.peak_reserved), ratio, (unsigned long long)r->res.num_device_alloc,
+                (unsigned long long)r->res.num_ooms, *r->conf ? r->conf : "(default)");
+    }
+    fputc('\n', out);
+    if (rec == def)
+        fprintf(out, "recommended: keep the default (leave CCI_ALLOC_CONF unset)\n");
+    else
+        fprintf(out, "recommended: CCI_ALLOC_CONF='%s'\n", rec->conf);
+    fprintf(out, "  (rule: fewest OOMs; then at most %ux the default's device allocations where possible; then the\n"
+                 "   fewest keys among those within %.1f %% of the lowest peak reserved)\n", ALLOC_BUDGET, NEAR_BEST * 100);
+    print_gain(out, rec, def, "the default");
+    print_gain(out, rec, seed, "the common advice " SEED_ADVICE);
+    if (lowest->res.peak_reserved < rec->res.peak_reserved)
+        fprintf(out, "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
+                     "(the default makes %llu; each is a cudaMalloc and later a cudaFree)\n",
+                mib(lowest->res.peak_reserved), lowest->conf, (unsigned long long)lowest->res.num_device_alloc,
+                (unsigned long long)def->res.num_device_alloc);
+    rc = 0;
+out:
+    free(rows);
+    free(order);
+    free(th);
+    return rc;
+}

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: MIT
+// One entry point for every trace ccreplay reads: decompression and format detection by content,
+// and the conversion of a PyTorch memory snapshot into events (the same mapping as
+// scripts/snapshot2trace.py, so both routes replay identically).
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef CCI_HAVE_LZMA
+#include <lzma.h>
+#endif
+#ifdef CCI_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "pickle_reader.h"
+#include "replay.h"
+#include "trace_bin.h"
+
+// A decompression bomb must fail with a message, not take the machine's memory.
+#define MAX_DECOMPRESSED ((size_t)16 << 30)
+
+typedef struct buffer {
+    uint8_t *p;
+    size_t n, cap;
+} buffer;
+
+static int buf_reserve(buffer *b, size_t extra)
+{
+    if (b->cap - b->n >= extra)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1 << 20;
+    while (cap - b->n < extra)
+        cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int read_file(const char *path, buffer *b, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a trace", path);
+        close(fd);
+        return -1;
+    }
+    size_t want = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 20;
+    for (;;) {
+        if (buf_reserve(b, want)) {
+            snprintf(err, errlen, "%s: out of memory reading the file", path);
+            close(fd);
+            return -1;
+        }
+        ssize_t r = read(fd, b->p + b->n, b->cap - b->n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        b->n += (size_t)r;
+        want = 1 << 20;
+    }
+    close(fd);
+    return 0;
+}
+
+static const uint8_t XZ_MAGIC[6] = {0xfd, '7', 'z', 'X', 'Z', 0};
+static const uint8_t GZ_MAGIC[2] = {0x1f, 0x8b};
+
+static int decompress_xz(const char *path, const buffer *in, buffer *out, char *err, size_t errlen)
+{
+#ifdef CCI_HAVE_LZMA
+    lzma_stream s = LZMA_STREAM_INIT;
+    if (lzma_stream_decoder(&s, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK) {
+        snprintf(err, errlen, "%s: cannot start the xz decoder", path);
+        return -1;
+    }
+    s.next_in = in->p;
+    s.avail_in = in->n;
+    lzma_ret rc = LZMA_OK;
+    if (in->n < MAX_DECOMPRESSED / 32)
+        buf_reserve(out, in->n * 32);  // snapshots compress ~25:1; fewer copies while growing
+    while (rc == LZMA_OK) {
+        if (out->n > MAX_DECOMPRESSED || buf_reserve(out, 4 << 20)) {
+            rc = LZMA_MEM_ERROR;
+            break;
+        }
+        s.next_out = out->p + out->n;
+        s.avail_out = out->cap - out->n;
+        rc = lzma_code(&s, LZMA_FINISH);
+        out->n = out->cap - s.avail_out;
+    }
+    lzma_end(&s);
+    if (rc == LZMA_STREAM_END)
+        return 0;
+    snprintf(err, errlen, "%s: %s", path,
+             rc == LZMA_BUF_ERROR ? "xz data is truncated"
+             : rc == LZMA_MEM_ERROR ? "xz data decompresses to more than fits in memory (or over 16 GiB)"
+                                    : "xz data is corrupt");
+    return -1;
+#else
+    (void)in;
+    (void)out;
+    snprintf(err, errlen, "%s: is xz-compressed, but this ccreplay was built without liblzma "
+             "(install liblzma-dev and rebuild, or decompress it with 'xz -d' first)", path);
+    return -1;
+#endif
+}
+
+static int decompress_gz(const char *path, const buffer *in, buffer *out, char *err, size_t errlen)
+{
+#ifdef CCI_HAVE_ZLIB
+    z_stream z = {0};
+    if (inflateInit2(&z, 15 + 16) != Z_OK) {
+        snprintf(err, errlen, "%s: cannot start the gzip decoder", path);
+        return -1;
+    }
+    size_t pos = 0;
+    int rc = Z_OK;
+    if (in->n < MAX_DECOMPRESSED / 16)
+        buf_reserve(out, in->n * 16);
+    const char *why = NULL;
+    for (;;) {
+        if (out->n > MAX_DECOMPRESSED || buf_reserve(out, 4 << 20)) {
+            why = "gzip data decompresses to more than fits in memory (or over 16 GiB)";
+            break;
+        }
+        size_t chunk = in->n - pos > (1u << 30) ? (1u << 30) : in->n - pos;
+        z.next_in = in->p + pos;
+        z.avail_in = (uInt)chunk;
+        z.next_out = out->p + out->n;
+        z.avail_out = (uInt)((out->cap - out->n) > (1u << 30) ? (1u << 30) : out->cap - out->n);
+        uInt before_out = z.avail_out;
+        rc = inflate(&z, Z_NO_FLUSH);
+        pos += chunk - z.avail_in;
+        out->n += before_out - z.avail_out;
+        if (rc == Z_STREAM_END) {
+            // gzip allows several members back to back (e.g. files joined with cat).
+            if (pos == in->n)
+                break;
+            if (in->n - pos < 2 || memcmp(in->p + pos, GZ_MAGIC, 2) != 0)
+                break;  // trailing garbage after a complete member: ignored, as gzip does
+            inflateReset(&z);
+            continue;
+        }
+        if (rc == Z_BUF_ERROR && pos == in->n) {
+            why = "gzip data is truncated";
+            break;
+        }
+        if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            why = "gzip data is corrupt";
+            break;
+        }
+    }
+    inflateEnd(&z);
+    if (!why)
+        return 0;
+    snprintf(err, errlen, "%s: %s", path, why);
+    return -1;
+#else
+    (void)in;
+    (void)out;
+    snprintf(err, errlen, "%s: is gzip-compressed, but this ccreplay was built without zlib "
+             "(install zlib1g-dev and rebuild, or decompress it with 'gzip -d' first)", path);
+    return -1;
+#endif
+}
+
+// ---- snapshots ----------------------------------------------------------------------------
+
+static const struct {
+    const char *name;
+    int action;
+} snapshot_actions[] = {
+    {"alloc", CCI_TA_ALLOC},
+    {"free_requested", CCI_TA_FREE_REQUESTED},
+    {"free_completed", CCI_TA_FREE_COMPLETED},
+    {"segment_alloc", CCI_TA_SEGMENT_ALLOC},
+    {"segment_free", CCI_TA_SEGMENT_FREE},
+    // Mapping into and out of an expandable segment changes reserved memory as a segment does.
+    {"segment_map", CCI_TA_SEGMENT_ALLOC},
+    {"segment_unmap", CCI_TA_SEGMENT_FREE},
+    {"oom", CCI_TA_OOM},
+};
+
+static int snapshot_action(const cci_pv *a)
+{
+    if (!a || a->type != CCI_PV_STR)
+        return -1;
+    for (size_t i = 0; i < sizeof snapshot_actions / sizeof snapshot_actions[0]; i++)
+        if (strlen(snapshot_actions[i].name) == a->s.n && !memcmp(snapshot_actions[i].name, a->s.p, a->s.n))
+            return snapshot_actions[i].action;
+    return -1;
+}
+
+static int is_list(const cci_pv *v) { return v && (v->type == CCI_PV_LIST || v->type == CCI_PV_TUPLE); }
+
+static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t, char *err, size_t errlen)
+{
+    static const char *const fields[] = {"addr", "size", "stream"};
+    if (!root || root->type != CCI_PV_DICT) {
+        snprintf(err, errlen, "%s: not a memory snapshot: top level is a %s, not a dict", path, cci_pv_type_name(root));
+        return -1;
+    }
+    const cci_pv *traces = cci_pv_get(root, "device_traces");
+    if (!traces) {
+        snprintf(err, errlen, "%s: not a memory snapshot: no 'device_traces' key", path);
+        return -1;
+    }
+    if (!is_list(traces)) {
+        snprintf(err, errlen, "%s: not a memory snapshot: 'device_traces' is a %s, not a list", path,
+                 cci_pv_type_name(traces));
+        return -1;
+    }
+    const cci_pv *settings = cci_pv_get(root, "allocator_settings");
+    const cci_pv *conf = cci_pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF");
+    if (conf && conf->type == CCI_PV_STR && (t->config = malloc(conf->s.n + 1)) != NULL) {
+        memcpy(t->config, conf->s.p, conf->s.n);
+        t->config[conf->s.n] = 0;
+    }
+    for (size_t d = 0; d < traces->c.n; d++) {
+        const cci_pv *evs = traces->c.v[d];
+        if (!is_list(evs)) {
+            snprintf(err, errlen, "%s: not a memory snapshot: trace of device %zu is a %s, not a list", path, d,
+                     cci_pv_type_name(evs));
+            return -1;
+        }
+        for (size_t i = 0; i < evs->c.n; i++) {
+            const cci_pv *ev = evs->c.v[i];
+            if (ev->type != CCI_PV_DICT) {
+                snprintf(err, errlen, "%s: device %zu event %zu: is a %s, not a dict", path, d, i, cci_pv_type_name(ev));
+                return -1;
+            }
+            int action = snapshot_action(cci_pv_get(ev, "action"));
+            if (action < 0) {
+                t->skipped++;  // 'snapshot' markers, user annotations: no allocator change
+                continue;
+            }
+            const cci_pv *f[3];
+            for (int k = 0; k < 3; k++) {
+                f[k] = cci_pv_get(ev, fields[k]);
+                const char *what = !f[k] ? "missing" : f[k]->type != CCI_PV_INT ? "not an integer" : NULL;
+                if (!what && k < 2 && !f[k]->is_u64 && f[k]->i < 0)
+                    what = "negative";
+                if (what) {
+                    const cci_pv *a = cci_pv_get(ev, "action");
+                    snprintf(err, errlen, "%s: device %zu event %zu (%.*s): '%s' is %s", path, d, i,
+                             (int)(a->s.n > 40 ? 40 : a->s.n), a->s.p, fields[k], what);
+                    return -1;
+                }
+            }
+            // A stream is a cudaStream_t; stored through a signed integer its bits are the handle.
+            cci_trace_event e = {.addr = f[0]->u, .size = f[1]->u, .stream = f[2]->u,
+                                 .device = (uint32_t)d, .action = (uint8_t)action};
+            if (action == CCI_TA_OOM)
+                t->recorded_ooms++;
+            if (cci_trace_push(t, &e) != 0) {
+                snprintf(err, errlen, "%s: out of memory after %zu events", path, t->n);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int parse_snapshot(const char *path, const buffer *b, cci_trace *t, char *err, size_t errlen)
+{
+    const cci_pv *root = NULL;
+    char perr[256];
+    cci_pickle_doc *doc = cci_pickle_load(b->p, b->n, &root, perr, sizeof perr);
+    if (!doc) {
+        snprintf(err, errlen, "%s: %s", path, perr);
+        return -1;
+    }
+    memset(t, 0, sizeof *t);
+    t->format = "snapshot";
+    int rc = snapshot_to_trace(path, root, t, err, errlen);
+    cci_pickle_free(doc);
+    if (rc) {
+        cci_trace_free(t);
+        t->format = "snapshot";
+    }
+    return rc;
+}
+
+// ---- entry points -------------------------------------------------------------------------
+
+int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    buffer raw = {0}, dec = {0};
+    int rc = -1;
+    if (read_file(path, &raw, err, errlen) != 0)
+        goto out;
+    const buffer *b = &raw;
+    const char *container = "";
+    if (raw.n >= 6 && !memcmp(raw.p, XZ_MAGIC, 6)) {
+        if (decompress_xz(path, &raw, &dec, err, errlen) != 0)
+            goto out;
+        b = &dec;
+        container = "xz-compressed ";
+    } else if (raw.n >= 2 && !memcmp(raw.p, GZ_MAGIC, 2)) {
+        if (decompress_gz(path, &raw, &dec, err, errlen) != 0)
+            goto out;
+        b = &dec;
+        container = "gzip-compressed ";
+    }
+    static const char text_magic[] = "# cci-text-trace";
+    if (b->n == 0) {
+        snprintf(err, errlen, "%s: %sfile is empty, not a trace", path, container);
+    } else if (b->n >= 8 && !memcmp(b->p, CCI_TBIN_MAGIC, 8)) {
+        rc = cci_trace_parse_bin(b->p, b->n, path, t, err, errlen);
+    } else if (b->n >= sizeof text_magic - 1 && !memcmp(b->p, text_magic, sizeof text_magic - 1)) {
+        rc = cci_trace_parse_text((const char *)b->p, b->n, path, t, err, errlen);
+    } else if (b->p[0] == 0x80 || (b->p[0] && strchr("(}])cNIJKLMFGSVXTUBC", b->p[0]))) {
+        // Protocol 2+ pickles start with PROTO; 0 and 1 with whatever builds the first value
+        // (GLOBAL included, so that a malicious old-protocol pickle is named as such).
+        rc = parse_snapshot(path, b, t, err, errlen);
+    } else {
+        snprintf(err, errlen, "%s: %sfile is not a trace: expected a cci binary trace, a cci text trace or a pickled "
+                 "PyTorch memory snapshot (plain, gzip or xz)", path, container);
+    }
+out:
+    free(raw.p);
+    free(dec.p);
+    return rc;
+}
+
+int cci_trace_read_text(const char *path, cci_trace *t, char *err, size_t errlen)
+{
+    int rc = cci_trace_load(path, t, err, errlen);
+    if (rc == 0 && strcmp(t->format, "text") != 0) {
+        snprintf(err, errlen, "%s: not a cci text trace (it is a %s trace)", path, t->format);
+        cci_trace_free(t);
+        return -1;
+    }
+    return rc;
+}

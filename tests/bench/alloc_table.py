@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Run bench_alloc raw and under the preload, side by side in one run, and print the ratios.
+
+  alloc_table.py --preload LIB --exe BENCH_ALLOC [--exe-static BENCH_ALLOC_STATIC]
+                 [--libdir DIR] [--quick] [--log-dir DIR] [--json-out FILE] [--title TEXT]
+
+Configurations (each a separate process, in this order, so all share the machine's state):
+  raw malloc       cudaMalloc+cudaFree, no preload               (the anchor a program has today)
+  raw async        cudaMallocAsync+cudaFreeAsync, no preload     (CUDA's own pool, unlimited threshold)
+  ours default     cudaMalloc+cudaFree under the preload         (frees wait for the device, batched)
+  ours immediate   the same with CCI_ALLOC_CONF=immediate_reuse:True
+  ours async       cudaMallocAsync+cudaFreeAsync under the preload
+With --exe-static also: the static-cudart build raw and under the preload (whose hooks a static
+cudart does not reach until driver-level interception exists: "served 0" is expected there).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+SERVED = re.compile(r"^ccinterpose: loaded, served (\d+) allocations", re.M)
+SIZE_NAMES = {512: "512 B", 64 << 10: "64 KiB", 1 << 20: "1 MiB", 20 << 20: "20 MiB", 256 << 20: "256 MiB"}
+
+
+def fmt_ns(v):
+    if v is None:
+        return "-"
+    if v >= 100000:
+        return f"{v / 1000:.0f} us"
+    if v >= 10000:
+        return f"{v / 1000:.1f} us"
+    return f"{v:.0f} ns"
+
+
+def ratio(a, b):
+    return f"{a / b:.1f}x" if a and b else "-"
+
+
+def run_config(label, exe, api, preload, env_extra, args, log_dir):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if args.libdir:
+        env["LD_LIBRARY_PATH"] = args.libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if preload:
+        env["LD_PRELOAD"] = os.path.abspath(args.preload)
+    env.update(env_extra)
+    cmd = [exe, "--api", api, "--label", label] + (["--quick"] if args.quick else [])
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, rc = f"timed out after {args.timeout} s", 124
+    if log_dir:
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+        with open(os.path.join(log_dir, f"bench_alloc.{name}.log"), "w") as f:
+            f.write(f"$ {' '.join(f'{k}={v}' for k, v in env_extra.items())} "
+                    f"{'LD_PRELOAD=' + args.preload + ' ' if preload else ''}{' '.join(cmd)}\n"
+                    f"{out}--- stderr ---\n{err}--- exit {rc}\n")
+    sys.stdout.write(out.split("\n{", 1)[0].rstrip("\n") + "\n\n")
+    res = None
+    for line in out.splitlines():
+        if line.startswith("{"):
+            res = json.loads(line)
+    if rc != 0 or res is None:
+        sys.stdout.write(f"{label}: FAILED (exit {rc})\n{err[-2000:]}\n\n")
+        return {"label": label, "failed": True, "exit": rc}
+    m = SERVED.search(out)
+    res["served"] = int(m.group(1)) if m else None
+    res["preload"] = preload
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preload", required=True)
+    ap.add_argument("--exe", required=True)
+    ap.add_argument("--exe-static")
+    ap.add_argument("--libdir")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--log-dir")
+    ap.add_argument("--json-out")
+    ap.add_argument("--title", default="bench_alloc")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="leave out a configuration by its label (the fake's stream-ordered free runs on a "
+                         "worker thread, so a raw cudaMallocAsync loop there outruns it and fails)")
+    args = ap.parse_args()
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+    sys.stdout.reconfigure(line_buffering=True)
+
+    imm = {"CCI_ALLOC_CONF": "immediate_reuse:True"}
+    plan = [("raw malloc", args.exe, "malloc", False, {}),
+            ("raw async", args.exe, "async", False, {}),
+            ("ours default", args.exe, "malloc", True, {}),
+            ("ours immediate", args.exe, "malloc", True, imm),
+            ("ours async", args.exe, "async", True, {})]
+    if args.exe_static:
+        plan += [("static raw malloc", args.exe_static, "malloc", False, {}),
+                 ("static raw async", args.exe_static, "async", False, {}),
+                 ("static ours default", args.exe_static, "malloc", True, {})]
+    results = {label: run_config(label, exe, api, pre, env, args, args.log_dir)
+               for label, exe, api, pre, env in plan if label not in args.skip}
+
+    problems = []
+    for label, r in results.items():
+        if r.get("failed"):
+            problems.append(f"{label}: failed")
+        elif r["preload"] and not label.startswith("static") and not r.get("served"):
+            problems.append(f"{label}: the preload served no allocation (not intercepted)")
+
+    def med(label, size):
+        r = results.get(label)
+        if not r or r.get("failed"):
+            return None
+        return next((s["median_ns"] for s in r["sizes"] if s["bytes"] == size), None)
+
+    def mixed(label):
+        r = results.get(label)
+        return None if not r or r.get("failed") else r["mixed_warm_ns_per_op"]
+
+    cols = ["raw malloc", "raw async", "ours default", "ours immediate", "ours async"]
+    print(f"{args.title}: median ns per alloc+free pair (mixed: ns per op, best warm pass)")
+    print(f"{'size':<9}" + "".join(f"{c:>16}" for c in cols)
+          + f"{'malloc/ours':>13}{'async/ours':>12}{'async/imm':>11}")
+    rows = [(SIZE_NAMES[s], lambda c, s=s: med(c, s)) for s in sorted(SIZE_NAMES)] + [("mixed", mixed)]
+    summary = []
+    for name, get in rows:
+        v = {c: get(c) for c in cols}
+        print(f"{name:<9}" + "".join(f"{fmt_ns(v[c]):>16}" for c in cols)
+              + f"{ratio(v['raw malloc'], v['ours default']):>13}"
+              + f"{ratio(v['raw async'], v['ours default']):>12}"
+              + f"{ratio(v['raw async'], v['ours immediate']):>11}")
+        summary.append({"row": name, **{c: v[c] for c in cols}})
+    if args.exe_static:
+        st = {c: results.get(c) for c in ("static raw malloc", "static raw async", "static ours default")}
+        served = st["static ours default"].get("served") if st["static ours default"] else None
+        print(f"static-cudart build: raw malloc 1 MiB {fmt_ns(med('static raw malloc', 1 << 20))}, "
+              f"raw async {fmt_ns(med('static raw async', 1 << 20))}, under the preload "
+              f"{fmt_ns(med('static ours default', 1 << 20))} (preload served {served} allocations)")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"title": args.title, "results": results, "table": summary, "problems": problems}, f,
+                      indent=1)
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: MIT
+// A program whose dlsym reference carries the old version node, as binaries built before glibc
+// 2.34 (and libcudart.so.13 itself) have: dlsym@GLIBC_2.2.5 on x86-64, dlsym@GLIBC_2.17 on
+// AArch64. Our unversioned definition must catch it like the default dlsym@GLIBC_2.34.
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+void *dlsym_compat(void *handle, const char *name);
+#if defined(__x86_64__)
+__asm__(".symver dlsym_compat, dlsym@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver dlsym_compat, dlsym@GLIBC_2.17");
+#endif
+
+int main(void)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    void *r = drv ? dlsym_compat(drv, "cuGetProcAddress_v2") : NULL;
+    Dl_info di;
+    int ok = r && dladdr(r, &di) && strstr(di.dli_fname, "libccinterpose");
+    printf("%s: dlsym@old-version(libcuda, \"cuGetProcAddress_v2\") answers our resolver (%s)\n",
+           ok ? "ok" : "FAIL", r && dladdr(r, &di) ? di.dli_fname : "nothing");
+    void *next = dlsym_compat(RTLD_NEXT, "puts");
+    int ok2 = next && next == dlsym_compat(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "puts");
+    printf("%s: dlsym@old-version(RTLD_NEXT, \"puts\") from the program is libc's puts\n",
+           ok2 ? "ok" : "FAIL");
+    return ok && ok2 ? 0 : 1;
+}
