@@ -559,6 +559,13 @@ int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
     return rc;
 }
 
+void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud)
+{
+    pthread_mutex_lock(&a->lock);
+    fn(ud);
+    pthread_mutex_unlock(&a->lock);
+}
+
 void cci_allocator_track_peak(cci_allocator *a, int on)
 {
     pthread_mutex_lock(&a->lock);

@@ -107,6 +107,9 @@ typedef struct cci_layout {
 /// Copies the whole layout under the lock. 0 or -1 (host out-of-memory). Free with cci_layout_free.
 int cci_layout_take(cci_allocator *a, cci_layout *out);
 void cci_layout_free(cci_layout *l);
+/// Runs fn(ud) under the allocator lock: how an observer's owner reads the observer's state
+/// consistently (observers themselves always run under that lock).
+void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud);
 /// Keeps a copy of the layout each time reserved memory reaches a new peak (for reports).
 void cci_allocator_track_peak(cci_allocator *a, int on);
 /// The layout at the last reserved peak; -1 when none was kept.

@@ -3,9 +3,9 @@
 // a fixed buffer. The observer runs under the allocator lock on every allocation and free, so it
 // does a few additions and, now and then, a merge of the buffer in place; it never allocates.
 // Its cost is on the allocation fast path (about 50 ns a pair without it), hence the coarse
-// clock (a few ns, millisecond resolution, plenty for a run's timeline) and a spinlock that only
-// the rare snapshot reader ever contends.
-#include <sched.h>
+// clock, read only every few events (millisecond resolution is plenty for a run's timeline), and
+// no lock of its own: the rare reader takes the allocator's lock instead (an atomic exchange per
+// event had cost as much as the rest of the allocation).
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@
 #define SMALL_SEGMENT_MAX ((uint64_t)2 << 20)
 #define SMALL_BLOCK_MAX ((uint64_t)1 << 20)
 #define SPLIT_FLOOR ((uint64_t)20 << 20)
+#define CLOCK_EVERY 32
 
 #ifdef CLOCK_MONOTONIC_COARSE
 #define TIMELINE_CLOCK CLOCK_MONOTONIC_COARSE
@@ -27,7 +28,7 @@
 #endif
 
 struct cci_report_timeline {
-    atomic_flag lock;      // against the snapshot reader; the observer already holds the allocator's
+    cci_allocator *owner;  // its observer runs under this allocator's lock; readers take it too
     cci_timeline_clock clock;
     struct timespec t0;
     uint64_t events;
@@ -44,14 +45,6 @@ struct cci_report_timeline {
     cci_report_misses misses;
 };
 
-static void tl_lock(cci_report_timeline *t)
-{
-    while (atomic_flag_test_and_set_explicit(&t->lock, memory_order_acquire))
-        sched_yield();
-}
-
-static void tl_unlock(cci_report_timeline *t) { atomic_flag_clear_explicit(&t->lock, memory_order_release); }
-
 cci_report_timeline *cci_report_timeline_create(size_t max_samples, cci_timeline_clock clock)
 {
     if (max_samples == 0)
@@ -66,7 +59,6 @@ cci_report_timeline *cci_report_timeline_create(size_t max_samples, cci_timeline
         free(t);
         return NULL;
     }
-    atomic_flag_clear(&t->lock);
     t->cap = max_samples;
     t->clock = clock;
     clock_gettime(TIMELINE_CLOCK, &t->t0);
@@ -135,8 +127,7 @@ static void sub(uint64_t *v, uint64_t d) { *v = *v > d ? *v - d : 0; }
 
 static void observe(void *ud, const cci_event *ev)
 {
-    cci_report_timeline *t = ud;
-    tl_lock(t);
+    cci_report_timeline *t = ud;  // runs under the allocator lock: no lock of its own
     int bpool = ev->size <= SMALL_BLOCK_MAX;
     int spool = ev->size <= SMALL_SEGMENT_MAX;
     switch (ev->kind) {
@@ -181,15 +172,22 @@ static void observe(void *ud, const cci_event *ev)
         t->seg_new = 0;
         break;
     }
-    record(t, now_of(t));
-    tl_unlock(t);
+    // Reading the clock is most of this observer's cost on the allocation fast path: with the
+    // wall clock, look at it on segment events and every CLOCK_EVERY-th block event only. The
+    // maxima are kept on every event, so no peak is lost between two readings.
+    if (t->clock == CCI_TIMELINE_CLOCK_MONOTONIC && ev->kind != CCI_EV_SEGMENT_ALLOC &&
+        ev->kind != CCI_EV_SEGMENT_FREE && (++t->events & (CLOCK_EVERY - 1)) != 0) {
+        t->amax = max_u64(t->amax, t->alloc[0] + t->alloc[1]);
+        t->dirty = 1;
+    } else {
+        record(t, now_of(t));
+    }
 }
 
 int cci_report_timeline_attach(cci_report_timeline *t, cci_allocator *a)
 {
     cci_stats st;
     cci_alloc_stats(a, &st);
-    tl_lock(t);
     for (int small = 0; small < 2; small++) {
         int p = small ? CCI_POOL_SMALL : CCI_POOL_LARGE;
         t->alloc[small] = (uint64_t)st.allocated_bytes[p].current;
@@ -200,27 +198,47 @@ int cci_report_timeline_attach(cci_report_timeline *t, cci_allocator *a)
     t->n = 0;
     t->amax = t->rmax = 0;
     record(t, t->clock == CCI_TIMELINE_CLOCK_EVENTS ? 0 : now_of(t));
-    tl_unlock(t);
+    t->owner = a;
     return cci_allocator_add_observer(a, observe, t);
+}
+
+struct copy_args {
+    cci_report_timeline *t;
+    cci_timeline_sample **samples;
+    size_t *n;
+    cci_timeline_clock *clock;
+    cci_report_misses *misses;
+    int rc;
+};
+
+static void copy_locked(void *ud)
+{
+    struct copy_args *a = ud;
+    cci_report_timeline *t = a->t;
+    size_t total = t->n + (t->dirty ? 1 : 0);
+    cci_timeline_sample *c = malloc((total ? total : 1) * sizeof *c);
+    a->rc = c ? 0 : -1;
+    if (!c)
+        return;
+    memcpy(c, t->s, t->n * sizeof *c);
+    // The changes since the last kept sample are not lost: they close one more interval.
+    uint64_t end = t->clock == CCI_TIMELINE_CLOCK_MONOTONIC ? max_u64(now_of(t), t->last_t) : t->last_t;
+    if (t->dirty)
+        c[t->n] = (cci_timeline_sample){end, t->alloc[0] + t->alloc[1], t->reserved[0] + t->reserved[1],
+                                        t->amax, t->rmax};
+    *a->samples = c;
+    *a->n = total;
+    *a->clock = t->clock;
+    *a->misses = t->misses;
 }
 
 int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
                        cci_timeline_clock *clock, cci_report_misses *misses)
 {
-    tl_lock(t);
-    size_t total = t->n + (t->dirty ? 1 : 0);
-    cci_timeline_sample *c = malloc((total ? total : 1) * sizeof *c);
-    if (c) {
-        memcpy(c, t->s, t->n * sizeof *c);
-        // The changes since the last kept sample are not lost: they close one more interval.
-        if (t->dirty)
-            c[t->n] = (cci_timeline_sample){t->last_t, t->alloc[0] + t->alloc[1],
-                                            t->reserved[0] + t->reserved[1], t->amax, t->rmax};
-        *samples = c;
-        *n = total;
-        *clock = t->clock;
-        *misses = t->misses;
-    }
-    tl_unlock(t);
-    return c ? 0 : -1;
+    struct copy_args args = {t, samples, n, clock, misses, -1};
+    if (t->owner)
+        cci_allocator_with_lock(t->owner, copy_locked, &args);
+    else
+        copy_locked(&args);
+    return args.rc;
 }
