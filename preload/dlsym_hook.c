@@ -5,23 +5,25 @@
 // fails, dlsym of each driver name: answering those exact names with our functions puts every
 // copy's allocations through us. Everything else must behave exactly as glibc's dlsym, and for
 // that the CALLER must stay the caller: glibc resolves RTLD_NEXT (the objects after the caller)
-// and RTLD_DEFAULT (the caller's scope, which for an RTLD_LOCAL module includes its own
-// dependencies) from the return address of the dlsym call. Forwarded by an ordinary call, the
-// lookup would start from libccinterpose instead; a library that wraps `open` and looks up the
-// next one would get itself and loop (LLVM OpenMP did, under other interposers).
+// and RTLD_DEFAULT (the caller's namespace and scope; it also records that the caller now depends
+// on the object found) from the return address of the dlsym call. Forwarded by an ordinary call,
+// the lookup would start from libccinterpose instead: a library loaded after us that wraps `open`
+// and looks up the next one would get itself and loop (LLVM OpenMP did, under other
+// interposers).
 //
-// So `dlsym` is a trampoline that never returns through itself: it asks route() where to go and
+// So `dlsym` is a trampoline that never returns through itself: it asks cci__dlsym_route() where to go and
 // JUMPS there with the caller's arguments and return address untouched — to glibc's dlsym for
 // every lookup we do not answer (all pseudo-handles, all other names), or to lookup() for the
 // exact names we wrap on a real handle (where glibc does not consult the caller). Written in
 // assembly so the jump does not depend on optimisation flags (a C tail call is not emitted at
-// -O0 or under some sanitizers); tests/driver/check_trampoline.py checks the built code.
+// -O0 or under some sanitizers); tests/driver/check_binary.py checks the built code, and the
+// dlsym-caller tests (with a naive forwarder as their negative control) check the behaviour.
 #include <dlfcn.h>
 
 #include "driver_table.h"
 #include "real.h"
 
-cci_dlsym_fn cci__dlsym_route(void *handle, const char *name);
+CCI_NO_SANITIZE cci_dlsym_fn cci__dlsym_route(void *handle, const char *name);
 
 // A real handle and a name we wrap: the real answer, or our wrapper when the answer is the
 // driver's own function (cci_drv_substitute). A failed lookup stays failed, dlerror intact.
@@ -32,9 +34,10 @@ static void *lookup(void *handle, const char *name)
 }
 
 // Where the trampoline jumps. Called with the caller's arguments; must not touch anything but
-// its return value (the trampoline restores the argument registers).
-__attribute__((used, visibility("hidden"))) cci_dlsym_fn cci__dlsym_route(void *handle,
-                                                                         const char *name)
+// its return value (the trampoline restores the argument registers). Runs for every dlsym of the
+// process, sanitizer start-up included (CCI_NO_SANITIZE).
+__attribute__((used, visibility("hidden"))) CCI_NO_SANITIZE cci_dlsym_fn
+cci__dlsym_route(void *handle, const char *name)
 {
     if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name || !cci_drv_is_wrapped_name(name))
         return cci_real_dlsym_fn();

@@ -27,24 +27,31 @@ static int in_this_library(const void *p)
            self.dli_fbase == other.dli_fbase;
 }
 
-// A handle on the driver library, pinned (RTLD_NODELETE): the table must never dangle.
+// The object that defines `sym`, if it looks like a CUDA driver (it exports cuInit and the
+// resolver: a library that merely defines one of our names, e.g. a shim, is not the driver).
+static void *driver_like(const void *sym)
+{
+    Dl_info di;
+    if (!sym || in_this_library(sym) || !dladdr(sym, &di) || !di.dli_fname)
+        return NULL;
+    void *h = dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (h && (!cci_real_dlsym(h, "cuInit") || !cci_real_dlsym(h, "cuGetProcAddress_v2")))
+        h = NULL;  // pinned by NODELETE, which is harmless for a loaded library
+    return h;
+}
+
+// A handle on the driver library, pinned (RTLD_NODELETE): the table must never dangle. The
+// libcuda.so.1 the process loaded (every cudart loads that soname) comes first; then the object
+// that `hint` lives in; then whatever defines the resolver after us in the global scope (searched
+// from here, RTLD_NEXT never finds our own export).
 static void *driver_handle(const void *hint)
 {
-    void *h = NULL;
-    Dl_info di;
-    if (hint && !in_this_library(hint) && dladdr(hint, &di) && di.dli_fname)
-        h = dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (!h)
-        h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    if (!h) {
-        // The driver in the global scope under another name. Searched from here, RTLD_NEXT finds
-        // the first definition after libccinterpose, never our own export.
-        void *sym = cci_real_dlsym(RTLD_NEXT, "cuGetProcAddress_v2");
-        if (sym && dladdr(sym, &di) && di.dli_fname)
-            h = dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    }
+        h = driver_like(hint);
     if (!h)
-        (void)dlerror();  // our failed probes are not the program's error to read
+        h = driver_like(cci_real_dlsym(RTLD_NEXT, "cuGetProcAddress_v2"));
+    (void)dlerror();  // our probes' failures are not the program's errors to read
     return h;
 }
 
@@ -80,14 +87,27 @@ const cci_drv_table *cci_drv_get(const void *hint)
     return &own_table;
 }
 
-int cci_drv_is_wrapped_name(const char *name)
+// strcmp without libc: this runs on every dlsym of the process (see CCI_NO_SANITIZE).
+CCI_NO_SANITIZE static int same(const char *a, const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+CCI_NO_SANITIZE int cci_drv_is_wrapped_name(const char *name)
 {
     // Every wrapped name starts "cu" and a capital letter out of these; cudnn*, cublas*, curl_*
     // and the rest of the process's lookups stop at the third character.
-    if (name[0] != 'c' || name[1] != 'u' || name[2] == '\0' || !strchr("CDGIM", name[2]))
+    if (name[0] != 'c' || name[1] != 'u')
+        return 0;
+    char third = name[2];
+    if (third != 'C' && third != 'D' && third != 'G' && third != 'I' && third != 'M')
         return 0;
 #define CCI_X(name_, params, args) \
-    if (strcmp(name, #name_) == 0) \
+    if (same(name, #name_))        \
         return 1;
     CCI_DRV_WRAPPED(CCI_X)
 #undef CCI_X

@@ -5,6 +5,7 @@
 #define CCI_PRELOAD_DRIVER_TABLE_H
 
 #include "cuda_abi.h"
+#include "real.h"
 
 /// Every driver entry point we wrap, under its exported name: X(name, parameter list, arguments).
 /// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
@@ -57,7 +58,7 @@ const cci_drv_table *cci_drv_get(const void *hint);
 
 /// 1 when `name` is exactly the exported name of one of the CCI_DRV_WRAPPED entry points. Cheap:
 /// every dlsym of the process asks it.
-int cci_drv_is_wrapped_name(const char *name);
+CCI_NO_SANITIZE int cci_drv_is_wrapped_name(const char *name);
 
 /// What to hand a program that asked the driver for a function and got `real`: our wrapper when
 /// `real` is the driver's own export of a function we wrap, else `real` unchanged (a function we

@@ -12,8 +12,13 @@
 // lookup the preload makes goes through glibc's own, found with dlvsym.
 typedef void *(*cci_dlsym_fn)(void *handle, const char *name);
 
+/// For the code on the path of every dlsym of the process: sanitizer runtimes resolve their
+/// interceptors with dlsym (ours) while they start, before their shadow memory or interceptors
+/// work. That code carries no instrumentation and calls no function a sanitizer intercepts.
+#define CCI_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+
 /// glibc's dlsym. Never NULL: if it cannot be found (not glibc), a function that finds nothing.
-cci_dlsym_fn cci_real_dlsym_fn(void);
+CCI_NO_SANITIZE cci_dlsym_fn cci_real_dlsym_fn(void);
 
 /// glibc's dlsym called from the preload: RTLD_NEXT here means "after libccinterpose".
 static inline void *cci_real_dlsym(void *handle, const char *name)

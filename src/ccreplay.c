@@ -71,10 +71,12 @@ __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
 static void print_json(const cci_trace *t, const cci_replay_result *r, double secs)
 {
     double ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
-    printf("{\"format\": \"%s\", \"events\": %llu, \"peak_allocated_bytes\": %llu, \"peak_reserved_bytes\": %llu, "
+    printf("{\"format\": \"%s\", \"events\": %llu, \"peak_allocated_bytes\": %llu, \"peak_reserved_bytes\": "
+           "%llu, "
            "\"reserved_to_allocated\": %.4f, \"num_device_alloc\": %llu, \"num_ooms\": %llu, "
            "\"num_alloc_retries\": %llu, \"unmatched_frees\": %llu, \"failed_allocs\": %llu, "
-           "\"trace_ooms\": %llu, \"missing_events\": %llu, \"truncated_bytes\": %llu, \"replay_seconds\": %.6f}\n",
+           "\"trace_ooms\": %llu, \"missing_events\": %llu, \"truncated_bytes\": %llu, \"replay_seconds\": "
+           "%.6f}\n",
            t->format, (unsigned long long)r->events, (unsigned long long)r->peak_allocated,
            (unsigned long long)r->peak_reserved, ratio, (unsigned long long)r->num_device_alloc,
            (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
@@ -183,13 +185,15 @@ int main(int argc, char **argv)
         return 2;
     }
     if (t.truncated_bytes)
-        fprintf(stderr, "ccreplay: warning: %s: the last record is incomplete (%llu bytes, the recording was cut "
-                "short); replaying the %zu complete events before it\n", path,
-                (unsigned long long)t.truncated_bytes, t.n);
+        fprintf(stderr,
+                "ccreplay: warning: %s: the last record is incomplete (%llu bytes, the recording was cut "
+                "short); replaying the %zu complete events before it\n",
+                path, (unsigned long long)t.truncated_bytes, t.n);
     if (t.missing_events)
-        fprintf(stderr, "ccreplay: warning: %s: %llu events are missing (buffers lost when the recording ended); "
-                "frees of blocks whose allocation is missing are skipped\n", path,
-                (unsigned long long)t.missing_events);
+        fprintf(stderr,
+                "ccreplay: warning: %s: %llu events are missing (buffers lost when the recording ended); "
+                "frees of blocks whose allocation is missing are skipped\n",
+                path, (unsigned long long)t.missing_events);
 
     if (sweep) {
         if (!jobs) {
@@ -207,7 +211,8 @@ int main(int argc, char **argv)
         }
         // On stderr, so that the table itself is the same on every run.
         fprintf(stderr, "ccreplay: sweep took %.2f s on %d thread%s\n",
-                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, jobs, jobs > 1 ? "s" : "");
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, jobs,
+                jobs > 1 ? "s" : "");
         return 0;
     }
 

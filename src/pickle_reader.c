@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Restricted unpickler (see pickle_reader.h). Opcode semantics follow CPython's pickle.py; only
 // the data-building subset of protocols 1-5 is implemented (protocol 0's text strings, floats
-// and memo opcodes are refused), with no recursion, so a deep or hostile input costs memory proportional to its size
-// and nothing else.
+// and memo opcodes are refused), with no recursion, so a deep or hostile input costs memory proportional to
+// its size and nothing else.
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -134,6 +134,8 @@ static int append_item(vm *m, cci_pv *c, cci_pv *item)
 static int move_items(vm *m, cci_pv *c, size_t from)
 {
     size_t k = m->sp - from;
+    if (!k)
+        return 0;
     if (grow(m, (void **)&c->c.v, &c->c.cap, c->c.n + k, sizeof *c->c.v))
         return -1;
     memcpy(c->c.v + c->c.n, m->stack + from, k * sizeof *c->c.v);
@@ -225,7 +227,8 @@ static int memo_put(vm *m, uint64_t idx)
     // Memo indices count the values a writer stored, so one larger than the input is forged.
     if (!v || idx > (uint64_t)(m->end - m->start)) {
         if (v)
-            fail(m, "malformed pickle: memo index %llu out of range at byte %zu", (unsigned long long)idx, off(m));
+            fail(m, "malformed pickle: memo index %llu out of range at byte %zu", (unsigned long long)idx,
+                 off(m));
         return -1;
     }
     size_t old = m->memo_cap;
@@ -270,7 +273,8 @@ static void refuse_global(vm *m, const char *mod, size_t ml, const char *name, s
     for (char *c = q; *c; c++)
         if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
             *c = '?';
-    fail(m, "refusing to unpickle global '%s' (a memory snapshot contains only plain data; nothing was run)", q);
+    fail(m, "refusing to unpickle global '%s' (a memory snapshot contains only plain data; nothing was run)",
+         q);
 }
 
 static int step(vm *m, int *stop)
@@ -332,8 +336,11 @@ static int step(vm *m, int *stop)
     case 0x8c: return (b = take(m, 1)) ? push(m, str_node(m, CCI_PV_STR, *b)) : -1;
     case 'X': return (b = take(m, 4)) ? push(m, str_node(m, CCI_PV_STR, le(b, 4))) : -1;
     case 0x8d: return (b = take(m, 8)) ? push(m, str_node(m, CCI_PV_STR, le(b, 8))) : -1;
-    case 'U': case 'C': return (b = take(m, 1)) ? push(m, str_node(m, op == 'U' ? CCI_PV_STR : CCI_PV_BYTES, *b)) : -1;
-    case 'T': case 'B': return (b = take(m, 4)) ? push(m, str_node(m, op == 'T' ? CCI_PV_STR : CCI_PV_BYTES, le(b, 4))) : -1;
+    case 'U':
+    case 'C': return (b = take(m, 1)) ? push(m, str_node(m, op == 'U' ? CCI_PV_STR : CCI_PV_BYTES, *b)) : -1;
+    case 'T':
+    case 'B':
+        return (b = take(m, 4)) ? push(m, str_node(m, op == 'T' ? CCI_PV_STR : CCI_PV_BYTES, le(b, 4))) : -1;
     case 0x8e: case 0x96: return (b = take(m, 8)) ? push(m, str_node(m, CCI_PV_BYTES, le(b, 8))) : -1;
     case ')': return push(m, node(m, CCI_PV_TUPLE));
     case ']': return push(m, node(m, CCI_PV_LIST));
@@ -357,7 +364,10 @@ static int step(vm *m, int *stop)
             fail(m, "malformed pickle: odd number of dict items at byte %zu", off(m) - 1);
             return -1;
         }
-        if (!(v = node(m, op == 't' ? CCI_PV_TUPLE : op == 'l' ? CCI_PV_LIST : op == 'd' ? CCI_PV_DICT : CCI_PV_SET)) ||
+        if (!(v = node(m, op == 't'   ? CCI_PV_TUPLE
+                          : op == 'l' ? CCI_PV_LIST
+                          : op == 'd' ? CCI_PV_DICT
+                                      : CCI_PV_SET)) ||
             move_items(m, v, at))
             return -1;
         return push(m, v);
@@ -407,7 +417,9 @@ static int step(vm *m, int *stop)
         if (n && mo && n->type == CCI_PV_STR && mo->type == CCI_PV_STR)
             refuse_global(m, mo->s.p, mo->s.n, n->s.p, n->s.n);
         else
-            fail(m, "refusing pickle opcode STACK_GLOBAL at byte %zu (a memory snapshot contains only plain data)",
+            fail(m,
+                 "refusing pickle opcode STACK_GLOBAL at byte %zu (a memory snapshot contains only plain "
+                 "data)",
                  off(m) - 1);
         return -1;
     }

@@ -18,7 +18,10 @@ typedef struct addr_map {
 } addr_map;
 
 static uint64_t map_key(uint32_t dev, uint64_t addr) { return (addr ^ ((uint64_t)dev << 56)) | 1ull << 63; }
-static size_t map_slot(uint64_t k, size_t cap) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
+static size_t map_slot(uint64_t k, size_t cap)
+{
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
 
 static int map_grow(addr_map *m)
 {
@@ -117,7 +120,8 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
             // allocator's own batched synchronisation, so the replay's allocator decides it too
             // (same configuration, same moment). Snapshots complete at the program's events.
             const cci_trace_event *nx = i + 1 < t->n ? &t->ev[i + 1] : NULL;
-            int at_once = nx && nx->action == CCI_TA_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
+            int at_once =
+                nx && nx->action == CCI_TA_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
             if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
                 break;
             res->frees++;

@@ -112,7 +112,8 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
                 cci_config_default(&r->cfg);
                 char perr[256];
                 if (cci_config_parse(&r->cfg, r->conf, "sweep", perr, sizeof perr, NULL, NULL) != 0) {
-                    snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf, perr);
+                    snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf,
+                             perr);
                     return 0;
                 }
                 n++;
@@ -169,8 +170,9 @@ static void print_gain(FILE *out, const row *rec, const row *base, const char *l
     if (a == b)
         fprintf(out, "  vs %s: the same peak reserved, %.1f MiB", label, mib(a));
     else
-        fprintf(out, "  vs %s: %.1f MiB -> %.1f MiB peak reserved, %s %.1f MiB (%.1f %%)", label, mib(b), mib(a),
-                a < b ? "saves" : "costs", mib(a < b ? b - a : a - b), a < b ? -pct(a, b) : pct(a, b));
+        fprintf(out, "  vs %s: %.1f MiB -> %.1f MiB peak reserved, %s %.1f MiB (%.1f %%)", label, mib(b),
+                mib(a), a < b ? "saves" : "costs", mib(a < b ? b - a : a - b),
+                a < b ? -pct(a, b) : pct(a, b));
     if (rec->res.num_ooms != base->res.num_ooms)
         fprintf(out, ", OOMs %llu -> %llu", (unsigned long long)base->res.num_ooms,
                 (unsigned long long)rec->res.num_ooms);
@@ -221,27 +223,35 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, F
     fprintf(out, "sweep of %s: %zu events, device capacity %s, %zu configurations\n", name, t->n, cap, n);
     fprintf(out, "not swept: expandable_segments (not implemented in libccinterpose yet)%s\n\n",
             capacity ? "" : "; garbage_collection_threshold (needs --capacity)");
-    fprintf(out, "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  OOMs  CCI_ALLOC_CONF\n");
+    fprintf(out,
+            "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  OOMs  CCI_ALLOC_CONF\n");
     for (size_t k = 0; k < n; k++) {
         const row *r = &rows[order[k]];
-        double ratio = r->res.peak_allocated ? (double)r->res.peak_reserved / (double)r->res.peak_allocated : 0.0;
+        double ratio =
+            r->res.peak_allocated ? (double)r->res.peak_reserved / (double)r->res.peak_allocated : 0.0;
         fprintf(out, "%4zu  %17.1f  %+8.1f %%  %18.3f  %13llu  %4llu  %s\n", k + 1, mib(r->res.peak_reserved),
-                pct(r->res.peak_reserved, def->res.peak_reserved), ratio, (unsigned long long)r->res.num_device_alloc,
-                (unsigned long long)r->res.num_ooms, *r->conf ? r->conf : "(default)");
+                pct(r->res.peak_reserved, def->res.peak_reserved), ratio,
+                (unsigned long long)r->res.num_device_alloc, (unsigned long long)r->res.num_ooms,
+                *r->conf ? r->conf : "(default)");
     }
     fputc('\n', out);
     if (rec == def)
         fprintf(out, "recommended: keep the default (leave CCI_ALLOC_CONF unset)\n");
     else
         fprintf(out, "recommended: CCI_ALLOC_CONF='%s'\n", rec->conf);
-    fprintf(out, "  (rule: fewest OOMs; then at most %ux the default's device allocations where possible; then the\n"
-                 "   fewest keys among those within %.1f %% of the lowest peak reserved)\n", ALLOC_BUDGET, NEAR_BEST * 100);
+    fprintf(
+        out,
+        "  (rule: fewest OOMs; then at most %ux the default's device allocations where possible; then the\n"
+        "   fewest keys among those within %.1f %% of the lowest peak reserved)\n",
+        ALLOC_BUDGET, NEAR_BEST * 100);
     print_gain(out, rec, def, "the default");
     print_gain(out, rec, seed, "the common advice " SEED_ADVICE);
     if (lowest->res.peak_reserved < rec->res.peak_reserved)
-        fprintf(out, "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
-                     "(the default makes %llu; each is a cudaMalloc and later a cudaFree)\n",
-                mib(lowest->res.peak_reserved), lowest->conf, (unsigned long long)lowest->res.num_device_alloc,
+        fprintf(out,
+                "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
+                "(the default makes %llu; each is a cudaMalloc and later a cudaFree)\n",
+                mib(lowest->res.peak_reserved), lowest->conf,
+                (unsigned long long)lowest->res.num_device_alloc,
                 (unsigned long long)def->res.num_device_alloc);
     rc = 0;
 out:

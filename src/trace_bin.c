@@ -134,7 +134,8 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
     }
     t->capacity = get_u64(buf + CCI_TBIN_CAPACITY_OFFSET);
     if (memchr(buf + CCI_TBIN_FIXED_HEADER, 0, clen)) {
-        snprintf(err, errlen, "%s: malformed binary trace header (NUL inside the configuration string)", name);
+        snprintf(err, errlen, "%s: malformed binary trace header (NUL inside the configuration string)",
+                 name);
         return -1;
     }
     t->config = malloc(clen + 1u);
@@ -157,7 +158,8 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
         cci_tbin_decode_record(buf + hsize + i * rsize, &r);
         if (r.action >= CCI_TBIN_ACTIONS || r.seq >= SEQ_LIMIT) {
             snprintf(err, errlen, "%s: malformed record %zu at byte %zu: %s %llu", name, i,
-                     (size_t)hsize + i * rsize, r.action >= CCI_TBIN_ACTIONS ? "unknown action" : "event number",
+                     (size_t)hsize + i * rsize,
+                     r.action >= CCI_TBIN_ACTIONS ? "unknown action" : "event number",
                      r.action >= CCI_TBIN_ACTIONS ? (unsigned long long)r.action : (unsigned long long)r.seq);
             free(k);
             goto fail;

@@ -218,7 +218,8 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
 {
     static const char *const fields[] = {"addr", "size", "stream"};
     if (!root || root->type != CCI_PV_DICT) {
-        snprintf(err, errlen, "%s: not a memory snapshot: top level is a %s, not a dict", path, cci_pv_type_name(root));
+        snprintf(err, errlen, "%s: not a memory snapshot: top level is a %s, not a dict", path,
+                 cci_pv_type_name(root));
         return -1;
     }
     const cci_pv *traces = cci_pv_get(root, "device_traces");
@@ -240,14 +241,15 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
     for (size_t d = 0; d < traces->c.n; d++) {
         const cci_pv *evs = traces->c.v[d];
         if (!is_list(evs)) {
-            snprintf(err, errlen, "%s: not a memory snapshot: trace of device %zu is a %s, not a list", path, d,
-                     cci_pv_type_name(evs));
+            snprintf(err, errlen, "%s: not a memory snapshot: trace of device %zu is a %s, not a list", path,
+                     d, cci_pv_type_name(evs));
             return -1;
         }
         for (size_t i = 0; i < evs->c.n; i++) {
             const cci_pv *ev = evs->c.v[i];
             if (ev->type != CCI_PV_DICT) {
-                snprintf(err, errlen, "%s: device %zu event %zu: is a %s, not a dict", path, d, i, cci_pv_type_name(ev));
+                snprintf(err, errlen, "%s: device %zu event %zu: is a %s, not a dict", path, d, i,
+                         cci_pv_type_name(ev));
                 return -1;
             }
             int action = snapshot_action(cci_pv_get(ev, "action"));
@@ -336,8 +338,10 @@ int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen)
         // (GLOBAL included, so that a malicious old-protocol pickle is named as such).
         rc = parse_snapshot(path, b, t, err, errlen);
     } else {
-        snprintf(err, errlen, "%s: %sfile is not a trace: expected a cci binary trace, a cci text trace or a pickled "
-                 "PyTorch memory snapshot (plain, gzip or xz)", path, container);
+        snprintf(err, errlen,
+                 "%s: %sfile is not a trace: expected a cci binary trace, a cci text trace or a pickled "
+                 "PyTorch memory snapshot (plain, gzip or xz)",
+                 path, container);
     }
 out:
     free(raw.p);

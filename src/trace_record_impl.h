@@ -38,6 +38,8 @@ typedef struct tbuf {
 typedef struct rec_dev {
     struct rec_dev *next;
     uint64_t seq;           // under the allocator lock of its device
+    unsigned gen;           // session that attached it: an allocator attached in an earlier
+                            // session keeps that observer, which must stay silent now
     uint8_t device;
 } rec_dev;
 

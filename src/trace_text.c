@@ -133,8 +133,9 @@ int cci_trace_parse_text(const char *buf, size_t len, const char *name, cci_trac
                 for (size_t i = 0; i < k; i++)  // the message stays one printable line
                     shown[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
                 shown[k] = 0;
-                snprintf(err, errlen, "%s:%zu: malformed event '%s' (expected: ACTION 0xADDR SIZE STREAM DEVICE)",
-                         name, lineno, shown);
+                snprintf(err, errlen,
+                         "%s:%zu: malformed event '%s' (expected: ACTION 0xADDR SIZE STREAM DEVICE)", name,
+                         lineno, shown);
                 goto fail;
             }
             if (e.action == CCI_TA_OOM)

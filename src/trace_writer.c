@@ -46,7 +46,8 @@ void cci__calibrate(void)
     while ((m = cci__mono_ns()) - cci__rec.mono0 < 1000000)  // at least 1 ms, or the rate is noise
         ;
     uint64_t r = cci__now_raw();
-    cci__rec.ns_per_raw = r > cci__rec.raw0 ? (double)(m - cci__rec.mono0) / (double)(r - cci__rec.raw0) : 1.0;
+    cci__rec.ns_per_raw =
+        r > cci__rec.raw0 ? (double)(m - cci__rec.mono0) / (double)(r - cci__rec.raw0) : 1.0;
 }
 
 // The writer's timed waits use the monotonic clock: a wall-clock step must not stall flushing.
@@ -84,7 +85,8 @@ static void write_chunk(chunk *c, uint8_t *stage)
     size_t k = 0;
     for (uint32_t i = c->flushed; i < n; i++, k++) {
         const uint64_t *w = c->w[i];
-        uint64_t t = w[0] > cci__rec.raw0 ? (uint64_t)((double)(w[0] - cci__rec.raw0) * cci__rec.ns_per_raw) : 0;
+        uint64_t t =
+            w[0] > cci__rec.raw0 ? (uint64_t)((double)(w[0] - cci__rec.raw0) * cci__rec.ns_per_raw) : 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         // The native words are the file's words already (see trace_bin.h); only time changes.
         uint64_t out[6] = {t, w[1], w[2], w[3], w[4], w[5]};

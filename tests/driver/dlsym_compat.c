@@ -21,9 +21,13 @@ int main(void)
     int ok = r && dladdr(r, &di) && strstr(di.dli_fname, "libccinterpose");
     printf("%s: dlsym@old-version(libcuda, \"cuGetProcAddress_v2\") answers our resolver (%s)\n",
            ok ? "ok" : "FAIL", r && dladdr(r, &di) ? di.dli_fname : "nothing");
+    // The reference: glibc's own dlsym, called from here too (dlvsym skips our unversioned one).
+    void *(*glibc_dlsym)(void *, const char *) = NULL;
+    void *g = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+    memcpy(&glibc_dlsym, &g, sizeof g);
     void *next = dlsym_compat(RTLD_NEXT, "puts");
-    int ok2 = next && next == dlsym_compat(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "puts");
-    printf("%s: dlsym@old-version(RTLD_NEXT, \"puts\") from the program is libc's puts\n",
+    int ok2 = g && next && next == glibc_dlsym(RTLD_NEXT, "puts");
+    printf("%s: dlsym@old-version(RTLD_NEXT, \"puts\") from the program is glibc's answer\n",
            ok2 ? "ok" : "FAIL");
     return ok && ok2 ? 0 : 1;
 }

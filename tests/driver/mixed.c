@@ -112,8 +112,8 @@ int main(int argc, char **argv)
         CHECK(n <= 1, "%d cudaMalloc->cuMemFree_v2 and %d cuMemAlloc_v2->cudaFree pairs: %llu device "
               "allocations", PAIRS, PAIRS, n);
     else
-        CHECK(n == PAIRS, "%d cuMemAlloc_v2 calls reach the driver (%llu device allocations), the "
-              "runtime's are cached", PAIRS, n);
+        CHECK(n >= PAIRS && n <= PAIRS + 1, "%d cuMemAlloc_v2 calls reach the driver (%llu device "
+              "allocations with the runtime's cached ones)", PAIRS, n);
 
     // cudaMemGetInfo counts our cache once: the runtime hook adds it and the runtime's own
     // cuMemGetInfo_v2 (our wrapper) must not add it again; at driver level only, the wrapper adds.

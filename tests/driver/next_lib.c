@@ -3,10 +3,14 @@
 // many tracing tools do. It comes after libccinterpose in the global scope: if our dlsym
 // forwarded RTLD_NEXT by an ordinary call, the search would start after libccinterpose and find
 // this very wrapper again.
+// Meson builds with _FILE_OFFSET_BITS=64, under which <fcntl.h> renames open to open64: the
+// wrapper must be the plain `open` that dlsym(RTLD_NEXT, "open") could find again.
+#undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -37,10 +41,27 @@ API int dnext_calls(void);
 API int dnext_found_itself(void);
 API void *dnext_next(const char *name);
 API void *dnext_default(const char *name);
+API void *dnext_next_glibc(const char *name);
+API void *dnext_default_glibc(const char *name);
 
 API int dnext_calls(void) { return calls; }
 API int dnext_found_itself(void) { return found_itself; }
 
-// What RTLD_NEXT and RTLD_DEFAULT mean when asked from this library.
+// What RTLD_NEXT and RTLD_DEFAULT mean when asked from this library: through the process's dlsym
+// (libccinterpose's), and through glibc's own, which sees this library as the caller and so
+// gives the reference answer.
 API void *dnext_next(const char *name) { return dlsym(RTLD_NEXT, name); }
 API void *dnext_default(const char *name) { return dlsym(RTLD_DEFAULT, name); }
+
+static void *glibc_dlsym(void *handle, const char *name)
+{
+    void *(*real)(void *, const char *) = NULL;
+    void *sym = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+    if (!sym)
+        sym = dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+    memcpy(&real, &sym, sizeof sym);
+    return real(handle, name);
+}
+
+API void *dnext_next_glibc(const char *name) { return glibc_dlsym(RTLD_NEXT, name); }
+API void *dnext_default_glibc(const char *name) { return glibc_dlsym(RTLD_DEFAULT, name); }
