@@ -9,6 +9,7 @@
 #include "state.h"
 
 #include "reporting.h"
+#include "trace_record.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -121,6 +122,7 @@ static void atfork_child(void)
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
     cci_pl_report_atfork_child();
+    cci_trace_fork_child();
 }
 
 static void state_init(void)
@@ -133,6 +135,9 @@ static void state_init(void)
     if (mode == CCI_MODE_ACTIVE) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         cci_pl_report_start();
+        const char *trace = getenv("CCI_TRACE");
+        if (trace && *trace)
+            cci_trace_start(trace, config_string);  // a bad path is logged; the program goes on
     }
     atomic_store_explicit(&cci__mode, mode, memory_order_release);
 }
@@ -140,6 +145,16 @@ static void state_init(void)
 void cci__state_init(void)
 {
     pthread_once(&init_once, state_init);
+}
+
+// Records this allocator's events when CCI_TRACE asked for it (a no-op otherwise).
+static void attach_trace(cci_allocator *a)
+{
+    if (!cci_trace_active())
+        return;
+    cci_stats st = {.size = sizeof st};
+    cci_alloc_stats(a, &st);
+    cci_trace_attach(a, (size_t)st.device_capacity);
 }
 
 cci_allocator *cci__state_allocator_create(int device)
@@ -150,6 +165,7 @@ cci_allocator *cci__state_allocator_create(int device)
         a = cci_allocator_create(device, &cci__cfg, cci_cuda_backend());
         if (a) {
             cci_pl_report_attach(device, a);
+            attach_trace(a);
             // The bound first: a free that can see this allocator must also search it.
             if (device >= atomic_load(&device_bound))
                 atomic_store(&device_bound, device + 1);
