@@ -168,7 +168,8 @@ CUcontext cci_cuda_backend_primary(int device, int retain)
 {
     if ((unsigned)device >= CCI_PL_MAX_DEVICES)
         return NULL;
-    return retain ? primary_ctx(device) : atomic_load_explicit(&primary[device], memory_order_acquire);
+    return retain ? primary_ctx(device)
+                  : atomic_load_explicit(&primary[device], memory_order_acquire);
 }
 
 void cci_cuda_backend_atfork_child(void)

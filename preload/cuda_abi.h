@@ -57,6 +57,6 @@ typedef struct CUipcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } CUipcMe
 
 // cuGetProcAddress: flags (CU_GET_PROC_ADDRESS_*) and the symbolStatus of the _v2 ABI.
 typedef uint64_t cuuint64_t;
-typedef int CUdriverProcAddressQueryResult;  // 0 found, 1 symbol not found, 2 version not sufficient
+typedef int CUdriverProcAddressQueryResult;  // 0 found, 1 no such symbol, 2 version too old
 
 #endif

@@ -11,13 +11,13 @@
 // and looks up the next one would get itself and loop (LLVM OpenMP did, under other
 // interposers).
 //
-// So `dlsym` is a trampoline that never returns through itself: it asks cci__dlsym_route() where to go and
-// JUMPS there with the caller's arguments and return address untouched — to glibc's dlsym for
-// every lookup we do not answer (all pseudo-handles, all other names), or to lookup() for the
-// exact names we wrap on a real handle (where glibc does not consult the caller). Written in
-// assembly so the jump does not depend on optimisation flags (a C tail call is not emitted at
-// -O0 or under some sanitizers); tests/driver/check_binary.py checks the built code, and the
-// dlsym-caller tests (with a naive forwarder as their negative control) check the behaviour.
+// So `dlsym` is a trampoline that never returns through itself: it asks cci__dlsym_route() where
+// to go and JUMPS there with the caller's arguments and return address untouched — to glibc's
+// dlsym for every lookup we do not answer (all pseudo-handles, all other names), or to lookup()
+// for the exact names we wrap on a real handle (where glibc does not consult the caller).
+// Written in assembly so the jump does not depend on optimisation flags (a C tail call is not
+// emitted at -O0 or under some sanitizers). tests/driver/check_binary.py checks the built code,
+// the dlsym-caller tests (a naive forwarder is their negative control) check the behaviour.
 #include <dlfcn.h>
 
 #include "driver_table.h"

@@ -92,14 +92,15 @@ cci_find_nvcc || exit 1
 cci_say "driver-level check: preload $PRELOAD, logs $LOGS"
 
 # ---- 1. examples, nvcc defaults (static cudart) --------------------------------------------
-for ex in seedfrag pipeline asyncloop; do
-    src=examples/$ex.c
+examples=(examples/*.c)
+if [[ ! -f ${examples[0]} ]]; then
+    row "examples (static cudart)" - - - - "FAIL: no examples/*.c"
+    status=1
+    examples=()
+fi
+for src in "${examples[@]}"; do
+    ex=$(basename "$src" .c)
     exe=$BIN/$ex.static
-    if [[ ! -f $src ]]; then
-        row "$ex (static cudart)" - - - - "FAIL: $src missing"
-        status=1
-        continue
-    fi
     if [[ ! -x $exe || $src -nt $exe ]]; then
         cci_run 120 "$LOGS/nvcc-$ex.log" "$NVCC" -O2 -Iinclude -Iexamples "$src" -o "$exe" -ldl || {
             row "$ex (static cudart)" - - - - "FAIL: nvcc"
