@@ -352,7 +352,7 @@ static int sync_pending(cci_allocator *a)
     return 1;
 }
 
-static int pending_batch_full(const cci_allocator *a)
+static int pending_batch_full(const cci_allocator *a, size_t need)
 {
     if (!a->pend_head)
         return 0;
@@ -360,7 +360,10 @@ static int pending_batch_full(const cci_allocator *a)
     size_t limit = reserved / PENDING_RESERVED_DIVISOR;
     if (limit < PENDING_MIN_BYTES)
         limit = PENDING_MIN_BYTES;
-    return a->pend_count >= PENDING_BATCH || a->pend_bytes >= limit;
+    // A large request that the waiting frees could cover waits for them rather than growing the
+    // pool: its segment would stay reserved long after the frees complete.
+    return a->pend_count >= PENDING_BATCH || a->pend_bytes >= limit ||
+           (!cci_is_small(need) && a->pend_bytes >= need);
 }
 
 // ---- reclaiming ---------------------------------------------------------------------------
@@ -590,7 +593,7 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int rc = CCI_OK;
     pthread_mutex_lock(&a->lock);
     cci_block *b = take_free_block(a, rounded, small, stream);
-    if (!b && pending_batch_full(a) && sync_pending(a))
+    if (!b && pending_batch_full(a, rounded) && sync_pending(a))
         b = take_free_block(a, rounded, small, stream);
     int new_segment = 0;
     if (!b) {
