@@ -164,7 +164,7 @@ def bench(out):
             add(f"{w}: end to end", "native run failed", "", "")
             continue
         for config, label in (("expandable", "expandable_segments"), ("async", "backend:cudaMallocAsync"),
-                              ("ours", "ours")):
+                              ("ours", "ours"), ("ours-immediate", "ours immediate_reuse")):
             o = workload(out, w, config)
             if not o:
                 add(f"{w}: {label}", "run failed", "", "")
@@ -172,10 +172,11 @@ def bench(out):
             same = o.get("result_sum") == n.get("result_sum")
             if not same:
                 bad.append(f"{w}/{config}")
-            pr = peak_reserved(o, config == "ours")
+            pr = peak_reserved(o, config.startswith("ours"))
             t = div(o["seconds"], n["seconds"])
-            target = "<= 1.02x, peak <= 1.0x" if config == "ours" else ""
-            ok = (t <= 1.02 and div(pr, n["peak_reserved_mib"]) <= 1.0) if config == "ours" and t and pr else None
+            target = "<= 1.02x, peak <= 1.0x" if config.startswith("ours") else ""
+            ok = ((t <= 1.02 and div(pr, n["peak_reserved_mib"]) <= 1.0) if config.startswith("ours") and t and pr
+                  else None)
             add(f"{w}: {label} vs native", f"{o['seconds']:.2f} s, {f(pr, '.0f')} MiB",
                 f"{n['seconds']:.2f} s, {n['peak_reserved_mib']:.0f} MiB",
                 f"time {f(t, '.3f')}x, peak {f(div(pr, n['peak_reserved_mib']), '.3f')}x"
