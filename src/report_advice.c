@@ -77,10 +77,12 @@ static void rule_split(cci_report_device *d)
     if (d->stats.max_split_size != UINT64_MAX && d->stats.max_split_size / CCI_MIB <= mib)
         return;  // a limit at least this strict is already set
     add(d, "max_split_size",
-        "Set max_split_size_mb:%llu. %llu request(s) of %s or more needed a new segment (%s in all) "
+        "Try max_split_size_mb:%llu. %llu request(s) of %s or more needed a new segment (%s in all) "
         "although the pool's cached free memory added up to the request (fragmentation misses above "
         "20 MiB = %llu): large cached blocks had been split by smaller requests. With the limit, blocks "
-        "of %llu MiB and more are never split and stay whole for requests of their size.",
+        "of %llu MiB and more are never split and stay whole for requests of their size. A split "
+        "limit can also raise the peak (unsplittable blocks serve fewer requests): record a trace "
+        "(CCI_TRACE) and compare with `ccreplay --conf` or `--sweep` before adopting it.",
         (unsigned long long)mib, (unsigned long long)m->large_count,
         cci__human((int64_t)m->large_min_request, h1, sizeof h1),
         cci__human((int64_t)m->large_segment_bytes, h2, sizeof h2), (unsigned long long)m->large_count,
