@@ -9,7 +9,6 @@
 #include "allocator.h"
 #include "export.h"
 #include "real.h"
-#include "report_hook.h"
 #include "reporting.h"
 #include "state.h"
 

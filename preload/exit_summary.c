@@ -8,7 +8,7 @@
 
 #include "allocator.h"
 #include "log.h"
-#include "report_hook.h"
+#include "report.h"
 #include "state.h"
 
 __attribute__((destructor)) static void exit_summary(void)
@@ -26,10 +26,10 @@ __attribute__((destructor)) static void exit_summary(void)
         char peak_res[32], peak_alloc[32], live[32];
         cci_log(CCI_LOG_INFO, "device %d: peak reserved %s, peak allocated %s, %lld allocations "
                 "served by %llu device allocations; at exit %lld blocks (%s) still allocated",
-                d, cci_pl_fmt_bytes(peak_res, sizeof peak_res, (uint64_t)s.reserved_bytes[A].peak),
-                cci_pl_fmt_bytes(peak_alloc, sizeof peak_alloc, (uint64_t)s.allocated_bytes[A].peak),
+                d, cci_report_bytes(s.reserved_bytes[A].peak, peak_res, sizeof peak_res),
+                cci_report_bytes(s.allocated_bytes[A].peak, peak_alloc, sizeof peak_alloc),
                 (long long)s.allocation[A].allocated, (unsigned long long)s.num_device_alloc,
                 (long long)s.allocation[A].current,
-                cci_pl_fmt_bytes(live, sizeof live, (uint64_t)s.allocated_bytes[A].current));
+                cci_report_bytes(s.allocated_bytes[A].current, live, sizeof live));
     }
 }

@@ -177,6 +177,10 @@ int cci_report_write(int fd, cci_report_format fmt, const cci_report_snapshot *s
 /// write(2) until done, retrying on EINTR and short writes. Async-signal-safe. 0 or -1.
 int cci_report_write_all(int fd, const char *buf, size_t len);
 
+/// "1.5 MiB": a byte count in the largest binary unit that keeps the number >= 1 (the unit every
+/// report uses).
+const char *cci_report_bytes(int64_t bytes, char *buf, size_t buflen);
+
 // ---- destinations --------------------------------------------------------------------------
 
 /// "text", "json", "html" (case-insensitive; "txt" and "htm" too). 0, or -1 for anything else.

@@ -252,3 +252,5 @@ int cci_report_write(int fd, cci_report_format fmt, const cci_report_snapshot *s
     free(buf);
     return rc;
 }
+
+const char *cci_report_bytes(int64_t bytes, char *buf, size_t buflen) { return cci__human(bytes, buf, buflen); }
