@@ -242,6 +242,16 @@ def write_output(text, out_path):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return
+    # A device or pipe (-o /dev/null, -o /dev/stdout) is written in place:
+    # renaming a file over it would replace the device node itself.
+    if os.path.exists(out_path) and not os.path.isfile(out_path):
+        try:
+            with open(out_path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise Failure(f"cannot write {printable(out_path)}: "
+                          f"{e.strerror or e}")
+        return
     # Written beside the target and renamed, so that a failed run never
     # leaves a half-written trace that looks complete.
     tmp = f"{out_path}.tmp{os.getpid()}"
