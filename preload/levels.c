@@ -28,12 +28,10 @@ static void levels_atfork_child(void)
 // reported once, by state.c; here it only means "touch nothing".
 static int read_levels(void)
 {
-    const char *off = getenv("CCI_DISABLE");
-    if (off && *off && strcmp(off, "0") != 0)
+    if (cci_state_disabled_by_env())
         return 0;
-    const char *conf = getenv("CCI_ALLOC_CONF");
-    if (!conf)
-        conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    const char *var;
+    const char *conf = cci_state_conf_env(&var);
     cci_config c;
     cci_config_default(&c);
     if (conf && cci_config_parse(&c, conf, NULL, NULL, 0, NULL, NULL) != 0)

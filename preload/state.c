@@ -55,19 +55,34 @@ static void config_notice(const char *line, void *ud)
     cci_log(CCI_LOG_WARNING, "%s", line);
 }
 
-static int decide_mode(void)
+int cci_state_disabled_by_env(void)
 {
     const char *off = getenv("CCI_DISABLE");
-    if (off && *off && strcmp(off, "0") != 0)
+    return off && *off && strcmp(off, "0") != 0;
+}
+
+const char *cci_state_conf_env(const char **var)
+{
+    static const char *const names[] = {"CCI_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v) {
+            *var = names[i];
+            return v;
+        }
+    }
+    *var = names[0];
+    return NULL;
+}
+
+static int decide_mode(void)
+{
+    if (cci_state_disabled_by_env())
         return CCI_MODE_PASSTHROUGH;
 
     cci_config_default(&cci__cfg);
-    const char *var = "CCI_ALLOC_CONF";
-    const char *conf = getenv(var);
-    if (!conf) {
-        var = "PYTORCH_CUDA_ALLOC_CONF";
-        conf = getenv(var);
-    }
+    const char *var;
+    const char *conf = cci_state_conf_env(&var);
     char err[512];
     if (conf && cci_config_parse(&cci__cfg, conf, var, err, sizeof err, config_notice, NULL) != 0) {
         cci_log(CCI_LOG_ERROR, "%s; libccinterpose disabled (pass-through)", err);

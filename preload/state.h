@@ -61,6 +61,13 @@ int cci_state_device_bound(void);
 /// against other threads still allocating on that device, exactly as the reset itself is not.
 void cci_state_drop_device(int device);
 
+/// 1 when CCI_DISABLE asks for pure pass-through.
+int cci_state_disabled_by_env(void);
+/// The configuration string and the variable it came from: CCI_ALLOC_CONF, else
+/// PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF (the name newer PyTorch releases read).
+/// NULL when none is set.
+const char *cci_state_conf_env(const char **var);
+
 /// The effective configuration in CCI_ALLOC_CONF grammar; "" when inactive.
 const char *cci_state_config_string(void);
 
