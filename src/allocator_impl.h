@@ -11,7 +11,7 @@
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
 // max(reserved / PENDING_RESERVED_DIVISOR, PENDING_MIN_BYTES), or when memory runs out.
-#define PENDING_BATCH 64
+#define PENDING_BATCH 256
 #define PENDING_RESERVED_DIVISOR 16
 #define PENDING_MIN_BYTES ((size_t)64 << 20)
 
