@@ -31,15 +31,6 @@ static void *entry_point(const char *base, unsigned long long flags)
     return fn;
 }
 
-#define CU_OK(call)                                                                          \
-    do {                                                                                     \
-        CUresult r_ = (call);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                            \
-            printf("FAIL %s:%d: %s returned %d\n", __FILE__, __LINE__, #call, (int)r_);     \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
-
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "both";

@@ -73,15 +73,6 @@ static unsigned long long (*device_frees)(void);
 static unsigned long long (*procaddress_calls)(const char *);
 static void *(*ipc_base)(const void *, int *);
 
-#define CU_OK(call)                                                                          \
-    do {                                                                                     \
-        CUresult r_ = (call);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                            \
-            printf("FAIL %s:%d: %s returned %d\n", __FILE__, __LINE__, #call, (int)r_);     \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
-
 // ---- finding the resolver, from several threads at once -------------------------------------
 
 static void *first_lookups(void *arg)

@@ -40,6 +40,18 @@
         }                                                                                    \
     } while (0)
 
+// The driver-API twin of CUDA_OK, for tests that include fake_cuda_driver.h before this header.
+#ifdef FAKE_CUDA_DRIVER_H
+#define CU_OK(call)                                                                          \
+    do {                                                                                     \
+        CUresult r_ = (call);                                                                \
+        if (r_ != CUDA_SUCCESS) {                                                            \
+            printf("FAIL %s:%d: %s returned %d\n", __FILE__, __LINE__, #call, (int)r_);     \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+#endif
+
 // The preload's opt-in API, looked up at run time: the tests do not link libccinterpose, they
 // run under LD_PRELOAD like any application.
 typedef struct ptest_api {
