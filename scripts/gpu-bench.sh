@@ -25,9 +25,9 @@ cci_nvcc bench_alloc tests/bench/bench_alloc.c tests/bench || exit 1
 cci_say "built bench_alloc (shared and static)"
 
 # ---- 0. the core alone, on this machine's CPUs (thread scaling needs more cores than a laptop) ----
-if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/libccicore.a &&
-   cci_run 60 "$OUT/build-bench_core.log" "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
-       tests/bench/bench_core.c "$CCI_BUILD/src/libccicore.a" -o "$CCI_BUILD/bench_core" -pthread -lm; then
+if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/core/libccicore.a &&
+   cci_run 60 "$OUT/build-bench_core.log" "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/core \
+       tests/bench/bench_core.c "$CCI_BUILD/src/core/libccicore.a" -o "$CCI_BUILD/bench_core" -pthread -lm; then
     cci_run 90 "$OUT/bench_core.txt" "$CCI_BUILD/bench_core" || status=1
     cci_say "bench_core done ($(nproc) CPUs)"
 fi

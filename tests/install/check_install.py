@@ -232,7 +232,7 @@ def check_example(a, tmp, launcher, lib):
         if check(len(traces) == 1, '-t trace-%p.cct records one trace', f'files: {files}'):
             ccreplay = os.path.join(os.path.dirname(launcher), 'ccreplay')
             if not os.access(ccreplay, os.X_OK):
-                ccreplay = os.path.join(a.builddir, 'src', 'ccreplay')
+                ccreplay = os.path.join(a.builddir, 'src', 'tools', 'ccreplay')
             rr = run([ccreplay, os.path.join(tmp, traces[0])], env=env)
             check(rr.returncode == 0, 'ccreplay replays the recorded trace', show(rr))
     else:

@@ -104,7 +104,7 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
         res->events++;
         uint64_t ours;
         switch (e->action) {
-        case CCI_TA_ALLOC: {
+        case CCI_EV_ALLOC: {
             uintptr_t p = 0;
             res->allocs++;
             if (cci_malloc(allocs[d], e->size, e->stream, &p) != CCI_OK) {
@@ -115,13 +115,13 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
                 rc = -1;
             break;
         }
-        case CCI_TA_FREE_REQUESTED: {
+        case CCI_EV_FREE_REQUESTED: {
             // Our recorder's traces: a completion that does not follow at once was the recording
             // allocator's own batched synchronisation, so the replay's allocator decides it too
             // (same configuration, same moment). Snapshots complete at the program's events.
             const cci_trace_event *nx = i + 1 < t->n ? &t->ev[i + 1] : NULL;
             int at_once =
-                nx && nx->action == CCI_TA_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
+                nx && nx->action == CCI_EV_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
             if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
                 break;
             res->frees++;
@@ -130,7 +130,7 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
                 rc = -1;
             break;
         }
-        case CCI_TA_FREE_COMPLETED:
+        case CCI_EV_FREE_COMPLETED:
             if (!map_take(&map, map_key(d, e->addr), &ours)) {
                 res->unmatched_frees++;
                 break;
@@ -140,7 +140,7 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
             res->frees++;
             cci_free(allocs[d], ours, e->stream, CCI_FREE_NOW);
             break;
-        case CCI_TA_OOM: {
+        case CCI_EV_OOM: {
             // The recorded run tried and failed: try too, so that at the recorded capacity the
             // same caches are flushed. Where it fits here, the program gave up on the block
             // anyway, so it goes straight back.

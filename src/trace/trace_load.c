@@ -18,7 +18,7 @@
 #endif
 
 #include "pickle_reader.h"
-#include "replay.h"
+#include "trace.h"
 #include "trace_bin.h"
 
 // A decompression bomb must fail with a message, not take the machine's memory.
@@ -191,15 +191,15 @@ static const struct {
     const char *name;
     int action;
 } snapshot_actions[] = {
-    {"alloc", CCI_TA_ALLOC},
-    {"free_requested", CCI_TA_FREE_REQUESTED},
-    {"free_completed", CCI_TA_FREE_COMPLETED},
-    {"segment_alloc", CCI_TA_SEGMENT_ALLOC},
-    {"segment_free", CCI_TA_SEGMENT_FREE},
+    {"alloc", CCI_EV_ALLOC},
+    {"free_requested", CCI_EV_FREE_REQUESTED},
+    {"free_completed", CCI_EV_FREE_COMPLETED},
+    {"segment_alloc", CCI_EV_SEGMENT_ALLOC},
+    {"segment_free", CCI_EV_SEGMENT_FREE},
     // Mapping into and out of an expandable segment changes reserved memory as a segment does.
-    {"segment_map", CCI_TA_SEGMENT_ALLOC},
-    {"segment_unmap", CCI_TA_SEGMENT_FREE},
-    {"oom", CCI_TA_OOM},
+    {"segment_map", CCI_EV_SEGMENT_ALLOC},
+    {"segment_unmap", CCI_EV_SEGMENT_FREE},
+    {"oom", CCI_EV_OOM},
 };
 
 static int snapshot_action(const cci_pv *a)
@@ -273,7 +273,7 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
             // A stream is a cudaStream_t; stored through a signed integer its bits are the handle.
             cci_trace_event e = {.addr = f[0]->u, .size = f[1]->u, .stream = f[2]->u,
                                  .device = (uint32_t)d, .action = (uint8_t)action};
-            if (action == CCI_TA_OOM)
+            if (action == CCI_EV_OOM)
                 t->recorded_ooms++;
             if (cci_trace_push(t, &e) != 0) {
                 snprintf(err, errlen, "%s: out of memory after %zu events", path, t->n);

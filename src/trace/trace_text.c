@@ -8,19 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replay.h"
+#include "trace.h"
 
 static const struct {
     const char *name;
     size_t len;
-    cci_trace_action action;
+    cci_event_kind action;
 } actions[] = {
-    {"alloc", 5, CCI_TA_ALLOC},
-    {"free_requested", 14, CCI_TA_FREE_REQUESTED},
-    {"free_completed", 14, CCI_TA_FREE_COMPLETED},
-    {"segment_alloc", 13, CCI_TA_SEGMENT_ALLOC},
-    {"segment_free", 12, CCI_TA_SEGMENT_FREE},
-    {"oom", 3, CCI_TA_OOM},
+    {"alloc", 5, CCI_EV_ALLOC},
+    {"free_requested", 14, CCI_EV_FREE_REQUESTED},
+    {"free_completed", 14, CCI_EV_FREE_COMPLETED},
+    {"segment_alloc", 13, CCI_EV_SEGMENT_ALLOC},
+    {"segment_free", 12, CCI_EV_SEGMENT_FREE},
+    {"oom", 3, CCI_EV_OOM},
 };
 
 static int hexval(char c)
@@ -138,7 +138,7 @@ int cci_trace_parse_text(const char *buf, size_t len, const char *name, cci_trac
                          lineno, shown);
                 goto fail;
             }
-            if (e.action == CCI_TA_OOM)
+            if (e.action == CCI_EV_OOM)
                 t->recorded_ooms++;
             if (cci_trace_push(t, &e) != 0) {
                 snprintf(err, errlen, "%s: out of memory after %zu events", name, t->n);

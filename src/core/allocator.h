@@ -19,6 +19,7 @@ typedef enum cci_free_mode {
 } cci_free_mode;
 
 /// Events an observer (trace recorder, report timeline) sees, in PyTorch snapshot vocabulary.
+/// The one event enum: traces store these values (docs/trace-format.md), so append, never renumber.
 typedef enum cci_event_kind {
     CCI_EV_ALLOC, CCI_EV_FREE_REQUESTED, CCI_EV_FREE_COMPLETED,
     CCI_EV_SEGMENT_ALLOC, CCI_EV_SEGMENT_FREE, CCI_EV_OOM,

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "replay.h"
+#include "trace.h"
 
 #define CCI_TBIN_MAGIC "CCITRACE"     ///< 8 bytes, no terminator on disk
 #define CCI_TBIN_VERSION 1u
@@ -17,7 +17,7 @@
 #define CCI_TBIN_RECORD_SIZE 48u      ///< bytes per record written by this version
 #define CCI_TBIN_CAPACITY_OFFSET 24u  ///< where the recorder patches in the capacity later
 
-/// Record actions: 0–5 are cci_trace_action (= cci_event_kind); 6 describes a device.
+/// Record actions: 0–5 are cci_event_kind (allocator.h); 6 describes a device.
 enum { CCI_TBIN_DEVICE = 6, CCI_TBIN_ACTIONS = 7 };
 
 /// Requests are stored in 48 bits (256 TiB), sharing a word with the action and the device.

@@ -6,8 +6,8 @@
 
 #include "trace_bin.h"
 
-_Static_assert(CCI_TA_ALLOC == 0 && CCI_TA_FREE_REQUESTED == 1 && CCI_TA_FREE_COMPLETED == 2 &&
-               CCI_TA_SEGMENT_ALLOC == 3 && CCI_TA_SEGMENT_FREE == 4 && CCI_TA_OOM == 5,
+_Static_assert(CCI_EV_ALLOC == 0 && CCI_EV_FREE_REQUESTED == 1 && CCI_EV_FREE_COMPLETED == 2 &&
+               CCI_EV_SEGMENT_ALLOC == 3 && CCI_EV_SEGMENT_FREE == 4 && CCI_EV_OOM == 5,
                "record action codes are the trace actions");
 
 // ---- little-endian coding -----------------------------------------------------------------
@@ -169,7 +169,7 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
         e->ev = (cci_trace_event){.addr = r.addr, .size = r.size, .stream = r.stream,
                                   .device = r.device, .action = r.action};
         // The replay asks for what the program asked for; its own rounding does the rest.
-        if (r.action == CCI_TA_ALLOC || r.action == CCI_TA_OOM)
+        if (r.action == CCI_EV_ALLOC || r.action == CCI_EV_OOM)
             e->ev.size = r.requested;
         if (r.action == CCI_TBIN_DEVICE && !t->capacity)
             t->capacity = r.size;
@@ -199,7 +199,7 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
         t->missing_events += seq - expect;
         if (k[i].ev.action == CCI_TBIN_DEVICE)
             continue;
-        if (k[i].ev.action == CCI_TA_OOM)
+        if (k[i].ev.action == CCI_EV_OOM)
             t->recorded_ooms++;
         t->ev[t->n++] = k[i].ev;
     }

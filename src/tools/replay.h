@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: MIT
+// Offline replay of allocation traces through the core on the simulated device.
+#ifndef CCI_REPLAY_H
+#define CCI_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allocator.h"
+#include "trace.h"
+
+typedef struct cci_replay_result {
+    uint64_t events;
+    uint64_t allocs;
+    uint64_t frees;
+    uint64_t unmatched_frees;   ///< frees of blocks allocated before the trace began
+    uint64_t failed_allocs;     ///< allocations that hit OOM during the replay
+    cci_stats stats;            ///< device 0's statistics at the end (peaks included)
+    uint64_t peak_allocated;    ///< summed over devices
+    uint64_t peak_reserved;
+    uint64_t num_device_alloc;
+    uint64_t num_ooms;
+    uint64_t num_alloc_retries;
+} cci_replay_result;
+
+/// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
+/// bytes (0 = unlimited). The program's stream semantics are kept: a block becomes reusable at
+/// its free_completed event. A recorded OOM is replayed as an allocation attempt (freed at once
+/// when it succeeds), so a replay at the recorded capacity flushes the caches the run flushed.
+/// Segment events are not replayed: segments follow from the policy (so an explicit empty_cache
+/// of the recorded program is not reproduced). 0, or -1 on host out-of-memory.
+int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_replay_result *res);
+
+#endif
