@@ -18,6 +18,60 @@ enum {
     CCI_ENOTOURS = -4,  ///< a pointer outside every segment of this allocator
 };
 
+/// What a backend can do beyond whole segments. The core asks before it uses a group: a backend
+/// that leaves a group out (NULL pointer, flag clear) still runs every mode that does not need it.
+enum cci_backend_caps {
+    CCI_CAP_VMM = 1u << 0,     ///< `vmm` is set: address ranges and physical pages mapped into them
+    CCI_CAP_FENCES = 1u << 1,  ///< `fence` is set: stream-ordered fences instead of device syncs
+};
+
+/// A fence: an opaque handle the backend hands out; 0 is never a valid fence.
+typedef uint64_t cci_fence;
+/// The stream key that stands for "every stream of the device" in fence_ops.record.
+#define CCI_STREAM_ALL UINT64_MAX
+
+/// (a) Virtual memory. Address ranges are reserved without memory; physical pages of the device's
+/// granularity are created, mapped into a range, given access, unmapped and released. A page can
+/// be mapped at more than one address (that is how pages are pooled and stitched). Sizes and
+/// addresses are multiples of granularity(). Every call but granularity returns CCI_OK, CCI_EOOM
+/// (page_create only: the device has no room) or CCI_EBACKEND.
+typedef struct cci_backend_vmm_ops {
+    /// The page size every other call works in; queried from the device, never assumed.
+    size_t (*granularity)(void *ctx, int device);
+    /// Reserves `size` bytes of address space (no memory), aligned to `align` (0 = granularity).
+    int (*va_reserve)(void *ctx, int device, size_t size, size_t align, uintptr_t *va);
+    /// Gives a range from va_reserve back, whole; nothing may still be mapped in it.
+    int (*va_free)(void *ctx, int device, uintptr_t va, size_t size);
+    /// Creates one physical page of `size` bytes (a multiple of granularity) and returns its handle.
+    int (*page_create)(void *ctx, int device, size_t size, uint64_t *page);
+    /// Releases a page; legal while it is still mapped (the memory goes with the last mapping).
+    int (*page_release)(void *ctx, int device, uint64_t page);
+    /// Maps the whole of `page` (`size` bytes) at `va` inside a reserved range. No access yet.
+    int (*map)(void *ctx, int device, uintptr_t va, size_t size, uint64_t page);
+    /// Unmaps exactly one earlier mapping or a run of adjacent mappings covering [va, va+size).
+    /// The caller guarantees no queued work can still touch the range (its fence has passed).
+    int (*unmap)(void *ctx, int device, uintptr_t va, size_t size);
+    /// Gives the device read/write access to [va, va+size), which may span many mappings: one
+    /// call per range, not per page (the API charges per call, not per page).
+    int (*set_access)(void *ctx, int device, uintptr_t va, size_t size);
+} cci_backend_vmm_ops;
+
+/// (b) Fences. A fence recorded for `stream` passes once every piece of work that was queued
+/// before the record and may touch memory last used on `stream` has finished; the backend decides
+/// which of the program's streams that covers (CCI_STREAM_ALL: all of them). Fences are cheap to
+/// record and to query; only wait() blocks, and never with the allocator lock held.
+typedef struct cci_backend_fence_ops {
+    /// CCI_OK and *out, or CCI_EBACKEND (the core then falls back to synchronize).
+    int (*record)(void *ctx, int device, uint64_t stream, cci_fence *out);
+    /// 1 when the fence has passed, 0 when work before it is still queued, CCI_EBACKEND on error.
+    int (*query)(void *ctx, int device, cci_fence f);
+    /// Blocks until the fence has passed. CCI_OK or CCI_EBACKEND.
+    int (*wait)(void *ctx, int device, cci_fence f);
+    /// Forgets a fence (passed or not); its handle may be handed out again.
+    void (*release)(void *ctx, int device, cci_fence f);
+} cci_backend_fence_ops;
+
+/// The device contract, version 2: whole segments (always), plus the optional groups above.
 typedef struct cci_backend_ops {
     /// Reserve `size` bytes (a multiple of 512) on `device`. On success returns CCI_OK and the
     /// segment's start in *addr; the backend owns nothing about it afterwards except the memory.
@@ -32,6 +86,10 @@ typedef struct cci_backend_ops {
     /// that blocks freed before it can be handed to a new owner. Never called with the allocator
     /// lock held. NULL when nothing runs asynchronously (the simulated device).
     int (*synchronize)(void *ctx, int device);
+    /// CCI_CAP_* flags: which of the groups below are implemented.
+    unsigned caps;
+    const cci_backend_vmm_ops *vmm;      ///< NULL unless caps has CCI_CAP_VMM
+    const cci_backend_fence_ops *fence;  ///< NULL unless caps has CCI_CAP_FENCES
 } cci_backend_ops;
 
 typedef struct cci_backend {
