@@ -5,10 +5,13 @@
 #   2. runs every example natively and under the preload: the checksums must match, and the
 #      shared builds must have been served by the preload (static ones are reported only: their
 #      calls do not reach runtime-level hooks);
-#   3. runs torch_workloads.py (encoder, resnet, seedfrag) natively and with
-#      PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the preload: result_sum must be identical;
-#   4. prints the table: wall time and peak reserved memory, PyTorch's vs ours.
-# Exit status 1 on any mismatch or failed step. About 3-5 minutes on an H100.
+#   3. runs the reuse-hazard program (tests/gpu/hazard_gpu.cu) natively, under the preload, and
+#      under immediate_reuse:True as a control;
+#   4. runs torch_workloads.py (encoder, resnet, seedfrag) with PyTorch's allocator (native and
+#      expandable segments) and with PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the preload in each of
+#      its modes: result_sum must be identical everywhere;
+#   5. prints the table: peak reserved memory and wall time of every configuration against native.
+# Exit status 1 on any mismatch or failed step. About 5-8 minutes on an H100.
 #
 # Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS (path to
 # torch_workloads.py), NVCC, PYTHON.
@@ -52,21 +55,58 @@ done
     sed 's/^RESULT /    /' "$OUT/examples.txt"
 } | tee "$OUT/summary.txt"
 
+# ---- reuse hazards on the real GPU ------------------------------------------------------------
+# tests/gpu/hazard_gpu.cu: natively and under the preload every scenario must be intact; with
+# immediate_reuse:True (unsafe by design) the cross-stream scenarios are expected to show
+# corruption, which proves the program sees the hazard.
+if cci_run 120 "$OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
+        -o "$CCI_BIN/hazard_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -lcuda; then
+    cci_run 120 "$OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1
+    cci_run 120 "$OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/hazard_gpu" || status=1
+    cci_run 120 "$OUT/hazard-ours-immediate.log" env LD_PRELOAD="$CCI_PRELOAD" \
+        CCI_ALLOC_CONF=immediate_reuse:True "$CCI_BIN/hazard_gpu"  # a control: corruption expected
+    for v in native ours ours-immediate; do
+        grep '^HAZARD' "$OUT/hazard-$v.log" | sed "s/^HAZARD/    $v:/"
+    done | tee -a "$OUT/summary.txt"
+else
+    status=1
+fi
+
 # ---- PyTorch workloads ---------------------------------------------------------------------
+# Configurations: PyTorch's own allocator (native, expandable segments), and ours under
+# PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode, immediate_reuse, PyTorch's expandable
+# segments and our compacting mode. CONFIGS selects a subset.
+CONFIGS=${CONFIGS:-native native-expandable ours ours-immediate ours-expandable ours-compact}
+config_env() {
+    case $1 in
+        native) echo "CCI_UNUSED=1" ;;
+        native-expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
+        ours) echo "CCI_UNUSED=1" ;;
+        ours-immediate) echo "CCI_ALLOC_CONF=immediate_reuse:True" ;;
+        ours-expandable) echo "CCI_ALLOC_CONF=expandable_segments:True" ;;
+        ours-compact) echo "CCI_ALLOC_CONF=${CCI_COMPACT_CONF:-compact_segments:True}" ;;
+    esac
+}
 if cci_find_workloads; then
-    cci_say "torch workloads from $CCI_WORKLOADS, $STEPS steps each"
+    cci_say "torch workloads from $CCI_WORKLOADS, $STEPS steps each; configurations: $CONFIGS"
     for w in encoder resnet seedfrag; do
-        cci_run 150 "$OUT/torch-$w-native.log" "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS"
-        # CCI_REPORT: the exit-time report as JSON, one file per process; the text and HTML reports
-        # are written through cci_dump_report right after the workload.
-        cci_run 150 "$OUT/torch-$w-ours.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" \
-            CCI_LOG=info CCI_REPORT="$OUT/report-$w-%p.json" \
-            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" \
-            --report "$OUT/report-$w.txt" --report "$OUT/report-$w.html" || status=1
+        for c in $CONFIGS; do
+            if [[ $c == native* ]]; then
+                cci_run 150 "$OUT/torch-$w-$c.log" env "$(config_env "$c")" \
+                    "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" || status=1
+            else
+                # CCI_REPORT: the exit-time report as JSON, one file per process; the text and
+                # HTML reports are written through cci_dump_report right after the workload.
+                cci_run 150 "$OUT/torch-$w-$c.log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+                    LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$OUT/report-$w-$c-%p.json" \
+                    "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" \
+                    --report "$OUT/report-$w-$c.txt" || status=1
+            fi
+        done
         cci_say "$w done"
     done
     echo
-    "$PYTHON" tests/bench/gpu_report.py check "$OUT" | tee -a "$OUT/summary.txt" || status=1
+    CONFIGS="$CONFIGS" "$PYTHON" tests/bench/gpu_report.py check "$OUT" | tee -a "$OUT/summary.txt" || status=1
 else
     status=1
 fi

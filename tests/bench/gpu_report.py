@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """The closing tables of scripts/gpu-check.sh and scripts/gpu-bench.sh, from what they left in $OUT.
 
-  gpu_report.py check OUT     workloads native vs ours; exit 1 on a result_sum mismatch
+  gpu_report.py check OUT     workloads in every configuration (CONFIGS) vs native; exit 1 on
+                              a result_sum mismatch or a failed run
   gpu_report.py bench OUT     every ratio of the benchmark run, with the targets of issue 7
 
 Inputs: OUT/torch-<workload>-<config>.log (a torch_run.py JSON line among the output),
@@ -54,33 +55,51 @@ def rx(v, suffix="x"):
     return f"{v:.0f}{suffix}" if v >= 10 else f"{v:.2f}{suffix}"
 
 
+CHECK_LABELS = {
+    "native": "PyTorch native", "native-expandable": "PyTorch expandable",
+    "ours": "ours default", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
+    "ours-compact": "ours compact",
+}
+
+
 def check(out):
+    """One row per workload and configuration: peak reserved and wall time against PyTorch native,
+    result_sum against native. Ours is read from the preload's statistics (PyTorch's reserved
+    figure means nothing with its cache off)."""
+    configs = os.environ.get("CONFIGS", "native ours").split()
     bad = []
-    print("Workloads: PyTorch native vs PYTORCH_NO_CUDA_MEMORY_CACHING=1 under libccinterpose")
-    print(f"{'workload':<10}{'native s':>10}{'ours s':>9}{'ratio':>8}{'PyTorch peak res':>18}"
-          f"{'ours peak res':>15}{'ratio':>8}  {'result_sum native':>20}  {'ours':>20}  match")
+    print("Workloads: peak reserved and wall time against PyTorch native (same run, same device)")
+    print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'x native':>10}{'seconds':>10}"
+          f"{'x native':>10}  {'result_sum':>22}  match  {'waits':>6}")
     for w in WORKLOADS:
-        n, o = workload(out, w, "native"), workload(out, w, "ours")
+        n = workload(out, w, "native")
         if not n:
-            print(f"{w:<10} native run failed: see torch-{w}-native.log (not counted as a mismatch)")
+            print(f"{w:<10} native run failed: see torch-{w}-native.log")
+            bad.append(f"{w}/native")
             continue
-        match = bool(o) and o.get("result_sum") == n.get("result_sum")
-        if not match:
-            bad.append(w)
-        pn, po = peak_reserved(n, False), peak_reserved(o, True)
-        print(f"{w:<10}{f(n['seconds'], '.3f'):>10}{f(o and o['seconds'], '.3f'):>9}"
-              f"{f(div(o and o['seconds'], n['seconds']), '.3f'):>8}"
-              f"{f(pn, '.1f', ' MiB'):>18}{f(po, '.1f', ' MiB'):>15}{f(div(po, pn), '.3f'):>8}"
-              f"  {f(n.get('result_sum'), '.6f'):>20}  {f(o and o.get('result_sum'), '.6f'):>20}"
-              f"  {'yes' if match else 'NO'}")
-        c = (o or {}).get("cci") or {}
-        if o and not c.get("active"):
-            print(f"{'':<10}warning: the preload was not active in the 'ours' run (cci={o.get('cci')})")
-        elif o:
-            print(f"{'':<10}ours: {c.get('allocations')} allocations served from {c.get('num_device_alloc')} "
-                  f"device allocations, {c.get('num_sync_all_streams')} synchronisations, "
-                  f"{c.get('num_alloc_retries')} retries; PyTorch native made {n.get('num_device_alloc')} "
-                  f"device allocations")
+        for c in configs:
+            o = workload(out, w, c)
+            label = CHECK_LABELS.get(c, c)
+            if not o:
+                print(f"{w:<10}{label:<22} run failed: see torch-{w}-{c}.log")
+                bad.append(f"{w}/{c}")
+                continue
+            ours = c.startswith("ours")
+            cc = o.get("cci") or {}
+            if ours and not cc.get("active"):
+                print(f"{w:<10}{label:<22} the preload was not active (cci={o.get('cci')})")
+                bad.append(f"{w}/{c}")
+                continue
+            match = o.get("result_sum") == n.get("result_sum")
+            if not match:
+                bad.append(f"{w}/{c}")
+            pr, pn = peak_reserved(o, ours), peak_reserved(n, False)
+            print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(div(pr, pn), '.3f'):>10}"
+                  f"{f(o['seconds'], '.3f'):>10}{f(div(o['seconds'], n['seconds']), '.3f'):>10}"
+                  f"  {f(o.get('result_sum'), '.6f'):>22}  {'yes' if match else 'NO':<5}"
+                  f"  {f(cc.get('num_sync_all_streams') if ours else None, 'd'):>6}")
+    for b in bad:
+        print(f"FAILED: {b}")
     return 1 if bad else 0
 
 
