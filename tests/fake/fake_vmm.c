@@ -26,12 +26,12 @@
  * device memory at all. The child must not call the fake VMM API while
  * another parent thread held its lock at the fork.
  *
- * Locking: g_vmm (a rwlock) protects everything here. Mutations take it for
+ * Locking: vmm_lock (a rwlock) protects everything here. Mutations take it for
  * writing; device accesses take it for reading and hold it across the copy,
  * so an unmap waits for a copy in progress but never for a delayed job's
  * sleep (a real cuMemUnmap does not wait for kernels either). fake_cuda.c's
- * lock is always taken before g_vmm, never after: device charges happen
- * outside g_vmm.
+ * lock is always taken before vmm_lock, never after: device charges happen
+ * outside vmm_lock.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -47,15 +47,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <uthash.h>
 
-#define VMM_API __attribute__((visibility("default")))
-#define VMM_MAX_DEVICES 32 /* access masks are 32 bits; the fake has at most 8 */
 #define VMM_DEFAULT_GRANULARITY ((size_t)2 << 20)
-#define VMM_MAX_FAULT_LINES 32
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -76,61 +72,41 @@ struct phys {
     unsigned maps;
 };
 
-/* Both kinds of sorted element start with a span, so one set of helpers
- * keeps them ordered by address. */
-struct span {
-    uintptr_t va;
-    size_t size;
-};
-
-struct mapping {
-    struct span at;
-    struct phys *ph;
-    uint32_t read_mask;  /* devices that may read (READ or READWRITE) */
-    uint32_t write_mask; /* devices that may write (READWRITE) */
-};
-
 struct reservation {
     struct span at;
-};
-
-struct span_vec {
-    char *v;
-    size_t n, cap, elem;
 };
 
 enum vmm_op { OP_CREATE, OP_RESERVE, OP_MAP, OP_SET_ACCESS, OP_COUNT };
 static const char *const k_op_names[OP_COUNT] = {"cuMemCreate", "cuMemAddressReserve", "cuMemMap",
                                                   "cuMemSetAccess"};
 
-static pthread_rwlock_t g_vmm = PTHREAD_RWLOCK_INITIALIZER;
-static pthread_once_t g_vmm_once = PTHREAD_ONCE_INIT;
+pthread_rwlock_t vmm_lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_once_t vmm_lock_once = PTHREAD_ONCE_INIT;
 static struct phys *g_phys;
 static CUmemGenericAllocationHandle g_next_id = 1;
-static struct span_vec g_res = {.elem = sizeof(struct reservation)};
-static struct span_vec g_maps = {.elem = sizeof(struct mapping)};
+struct span_vec vmm_res = {.elem = sizeof(struct reservation)};
+struct span_vec vmm_maps = {.elem = sizeof(struct mapping)};
 static size_t g_phys_bytes[VMM_MAX_DEVICES];
 static atomic_size_t g_granularity = VMM_DEFAULT_GRANULARITY;
 static unsigned long long g_op_calls[OP_COUNT], g_op_fail_at[OP_COUNT];
 static struct fakecu_vmm_stats g_stats; /* fault counters are the atomics below */
-static atomic_ullong g_faults_unmapped, g_faults_no_access;
-static atomic_int g_fault_lines;
+atomic_ullong vmm_faults_unmapped, vmm_faults_no_access;
 
 /* ------------------------------------------------------------------ */
 /* Sorted span vectors                                                 */
 
-static struct span *vec_at(const struct span_vec *v, size_t i)
+struct span *vmm_vec_at(const struct span_vec *v, size_t i)
 {
     return (struct span *)(v->v + i * v->elem);
 }
 
 /* First index whose span starts at or after p. */
-static size_t vec_lower_bound(const struct span_vec *v, uintptr_t p)
+size_t vmm_vec_lower_bound(const struct span_vec *v, uintptr_t p)
 {
     size_t lo = 0, hi = v->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (vec_at(v, mid)->va < p)
+        if (vmm_vec_at(v, mid)->va < p)
             lo = mid + 1;
         else
             hi = mid;
@@ -139,12 +115,12 @@ static size_t vec_lower_bound(const struct span_vec *v, uintptr_t p)
 }
 
 /* Index of the span containing p, or v->n. */
-static size_t vec_find(const struct span_vec *v, uintptr_t p)
+size_t vmm_vec_find(const struct span_vec *v, uintptr_t p)
 {
-    size_t i = vec_lower_bound(v, p);
-    if (i < v->n && vec_at(v, i)->va == p)
+    size_t i = vmm_vec_lower_bound(v, p);
+    if (i < v->n && vmm_vec_at(v, i)->va == p)
         return i;
-    if (i > 0 && p - vec_at(v, i - 1)->va < vec_at(v, i - 1)->size)
+    if (i > 0 && p - vmm_vec_at(v, i - 1)->va < vmm_vec_at(v, i - 1)->size)
         return i - 1;
     return v->n;
 }
@@ -159,7 +135,7 @@ static bool vec_insert(struct span_vec *v, const void *elem)
         v->v = nv;
         v->cap = nc;
     }
-    size_t i = vec_lower_bound(v, ((const struct span *)elem)->va);
+    size_t i = vmm_vec_lower_bound(v, ((const struct span *)elem)->va);
     memmove(v->v + (i + 1) * v->elem, v->v + i * v->elem, (v->n - i) * v->elem);
     memcpy(v->v + i * v->elem, elem, v->elem);
     v->n++;
@@ -172,30 +148,30 @@ static void vec_remove(struct span_vec *v, size_t i, size_t count)
     v->n -= count;
 }
 
-static struct mapping *map_at(size_t i)
+struct mapping *vmm_map_at(size_t i)
 {
-    return (struct mapping *)vec_at(&g_maps, i);
+    return (struct mapping *)vmm_vec_at(&vmm_maps, i);
 }
 
 /* Does any mapping overlap [p, p + n)? */
 static bool maps_overlap_locked(uintptr_t p, size_t n)
 {
-    size_t i = vec_lower_bound(&g_maps, p);
-    if (i < g_maps.n && map_at(i)->at.va < p + n)
+    size_t i = vmm_vec_lower_bound(&vmm_maps, p);
+    if (i < vmm_maps.n && vmm_map_at(i)->at.va < p + n)
         return true;
-    return i > 0 && map_at(i - 1)->at.va + map_at(i - 1)->at.size > p;
+    return i > 0 && vmm_map_at(i - 1)->at.va + vmm_map_at(i - 1)->at.size > p;
 }
 
 /* [p, p + n) is exactly a run of adjacent whole mappings: the only ranges
  * cuMemUnmap and cuMemSetAccess accept. */
 static bool exact_mappings_locked(uintptr_t p, size_t n, size_t *first, size_t *count)
 {
-    size_t i = vec_lower_bound(&g_maps, p), k = i;
+    size_t i = vmm_vec_lower_bound(&vmm_maps, p), k = i;
     uintptr_t cur = p, end = p + n;
     while (cur < end) {
-        if (k == g_maps.n || map_at(k)->at.va != cur)
+        if (k == vmm_maps.n || vmm_map_at(k)->at.va != cur)
             return false;
-        cur += map_at(k)->at.size;
+        cur += vmm_map_at(k)->at.size;
         k++;
     }
     if (cur != end || k == i)
@@ -246,7 +222,7 @@ static void vmm_init(void)
  * ordinary entry point; *ndev gets the device count. */
 static CUresult vmm_enter(int *ndev)
 {
-    pthread_once(&g_vmm_once, vmm_init);
+    pthread_once(&vmm_lock_once, vmm_init);
     return cuDeviceGetCount(ndev);
 }
 
@@ -278,7 +254,7 @@ static bool injected_failure_locked(enum vmm_op op)
 }
 
 /* Frees a physical allocation no handle or mapping holds any more. Called
- * with g_vmm held for writing; the caller uncharges the device after
+ * with vmm_lock held for writing; the caller uncharges the device after
  * dropping it (fake_cuda.c's lock comes first). */
 static void phys_destroy_locked(struct phys *ph)
 {
@@ -358,20 +334,20 @@ VMM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
         alignment = gran;
     if (!ptr || flags || !size || size % gran || (alignment & (alignment - 1)) || alignment % gran)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     bool fail = injected_failure_locked(OP_RESERVE);
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (fail)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = addr && addr % alignment == 0 ? reserve_at_hint((uintptr_t)addr, size) : NULL;
     if (!p && !(p = reserve_aligned(size, alignment)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct reservation res = {.at = {(uintptr_t)p, size}};
-    pthread_rwlock_wrlock(&g_vmm);
-    bool ok = vec_insert(&g_res, &res);
+    pthread_rwlock_wrlock(&vmm_lock);
+    bool ok = vec_insert(&vmm_res, &res);
     if (ok)
         g_stats.reserved_bytes += size;
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (!ok) {
         munmap(p, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -388,20 +364,20 @@ VMM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     CUresult r = vmm_enter(&ndev);
     if (r)
         return r;
-    pthread_rwlock_wrlock(&g_vmm);
-    size_t i = vec_find(&g_res, (uintptr_t)ptr);
-    if (i == g_res.n || vec_at(&g_res, i)->va != (uintptr_t)ptr || vec_at(&g_res, i)->size != size) {
+    pthread_rwlock_wrlock(&vmm_lock);
+    size_t i = vmm_vec_find(&vmm_res, (uintptr_t)ptr);
+    if (i == vmm_res.n || vmm_vec_at(&vmm_res, i)->va != (uintptr_t)ptr || vmm_vec_at(&vmm_res, i)->size != size) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (maps_overlap_locked((uintptr_t)ptr, size)) {
         fprintf(stderr, "fakecuda: cuMemAddressFree(%p, %zu): the range still has mappings\n",
                 (void *)(uintptr_t)ptr, size);
         r = CUDA_ERROR_INVALID_VALUE;
     } else {
-        vec_remove(&g_res, i, 1);
+        vec_remove(&vmm_res, i, 1);
         g_stats.reserved_bytes -= size;
         munmap((void *)(uintptr_t)ptr, size);
     }
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     return r;
 }
 
@@ -420,9 +396,9 @@ VMM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
     if ((r = check_prop(prop, ndev)))
         return r;
     int dev = prop->location.id;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     bool fail = injected_failure_locked(OP_CREATE);
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (fail || !fc_device_charge(dev, size))
         return CUDA_ERROR_OUT_OF_MEMORY;
 
@@ -441,14 +417,14 @@ VMM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
     ph->granularity = atomic_load(&g_granularity);
     ph->handle_types = prop->requestedHandleTypes;
     ph->refs = 1;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     ph->id = g_next_id++;
     HASH_ADD(hh, g_phys, id, sizeof ph->id, ph);
     g_phys_bytes[dev] += size;
     g_stats.physical_bytes += size;
     g_stats.handles++;
     g_stats.creates++;
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     *handle = ph->id;
     return CUDA_SUCCESS;
 }
@@ -459,7 +435,7 @@ VMM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult r = vmm_enter(&ndev);
     if (r)
         return r;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     struct phys *ph = phys_find_locked(handle);
     struct phys gone = {.dev = -1};
     if (!ph) {
@@ -472,7 +448,7 @@ VMM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
             free(ph);
         }
     }
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (gone.dev >= 0)
         fc_device_uncharge(gone.dev, gone.size);
     return r;
@@ -487,7 +463,7 @@ VMM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
         return r;
     if (!prop)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_rwlock_rdlock(&g_vmm);
+    pthread_rwlock_rdlock(&vmm_lock);
     struct phys *ph = phys_find_locked(handle);
     if (ph) {
         memset(prop, 0, sizeof *prop);
@@ -496,7 +472,7 @@ VMM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
         prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         prop->location.id = ph->dev;
     }
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     return ph ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -510,14 +486,14 @@ VMM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
         return r;
     if (!handle)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_rwlock_wrlock(&g_vmm);
-    size_t i = vec_find(&g_maps, (uintptr_t)addr);
-    if (i < g_maps.n) {
-        map_at(i)->ph->refs++;
-        *handle = map_at(i)->ph->id;
+    pthread_rwlock_wrlock(&vmm_lock);
+    size_t i = vmm_vec_find(&vmm_maps, (uintptr_t)addr);
+    if (i < vmm_maps.n) {
+        vmm_map_at(i)->ph->refs++;
+        *handle = vmm_map_at(i)->ph->id;
     }
-    pthread_rwlock_unlock(&g_vmm);
-    return i < g_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_unlock(&vmm_lock);
+    return i < vmm_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* A POSIX file descriptor (a dup of the memfd, the caller's to close), and
@@ -533,7 +509,7 @@ VMM_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
         return CUDA_ERROR_INVALID_VALUE;
     if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_NOT_SUPPORTED;
-    pthread_rwlock_rdlock(&g_vmm);
+    pthread_rwlock_rdlock(&vmm_lock);
     struct phys *ph = phys_find_locked(handle);
     int fd = -1;
     if (!ph)
@@ -542,7 +518,7 @@ VMM_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
         r = CUDA_ERROR_INVALID_VALUE; /* not requested in cuMemCreate's prop */
     else if ((fd = dup(ph->fd)) < 0)
         r = CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (!r)
         *(int *)shareableHandle = fd;
     return r;
@@ -563,10 +539,10 @@ VMM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
     if (flags || offset)
         return CUDA_ERROR_INVALID_VALUE;
     uintptr_t p = (uintptr_t)ptr;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     struct phys *ph = phys_find_locked(handle);
-    size_t ri = vec_find(&g_res, p);
-    const struct span *res = ri < g_res.n ? vec_at(&g_res, ri) : NULL;
+    size_t ri = vmm_vec_find(&vmm_res, p);
+    const struct span *res = ri < vmm_res.n ? vmm_vec_at(&vmm_res, ri) : NULL;
     if (!ph) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (size != ph->size || p % ph->granularity || !res || size > res->size - (p - res->va)) {
@@ -579,10 +555,10 @@ VMM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
         struct mapping m = {.at = {p, size}, .ph = ph};
         /* Insert first: a failed mmap is then undone without touching
          * the reservation, and a failed insert leaves nothing to undo. */
-        if (!vec_insert(&g_maps, &m)) {
+        if (!vec_insert(&vmm_maps, &m)) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else if (mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, 0) == MAP_FAILED) {
-            vec_remove(&g_maps, vec_find(&g_maps, p), 1);
+            vec_remove(&vmm_maps, vmm_vec_find(&vmm_maps, p), 1);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             ph->maps++;
@@ -590,7 +566,7 @@ VMM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
             g_stats.maps++;
         }
     }
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     return r;
 }
 
@@ -606,7 +582,7 @@ VMM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     size_t first, count;
     struct phys **gone = NULL;
     size_t ngone = 0;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     if (!size || p + size < p || !exact_mappings_locked(p, size, &first, &count)) {
         r = CUDA_ERROR_INVALID_VALUE;
         goto out;
@@ -618,17 +594,17 @@ VMM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         goto out;
     }
     for (size_t k = 0; k < count; k++) {
-        struct phys *ph = map_at(first + k)->ph;
+        struct phys *ph = vmm_map_at(first + k)->ph;
         if (--ph->maps == 0 && ph->refs == 0) {
             phys_destroy_locked(ph);
             gone[ngone++] = ph;
         }
     }
-    vec_remove(&g_maps, first, count);
+    vec_remove(&vmm_maps, first, count);
     g_stats.mapped_bytes -= size;
     g_stats.unmaps += count;
 out:
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     for (size_t k = 0; k < ngone; k++) {
         fc_device_uncharge(gone[k]->dev, gone[k]->size);
         free(gone[k]);
@@ -666,14 +642,14 @@ VMM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     }
     uintptr_t p = (uintptr_t)ptr;
     size_t first, n;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     if (!size || p + size < p || !exact_mappings_locked(p, size, &first, &n)) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (injected_failure_locked(OP_SET_ACCESS)) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         for (size_t k = first; k < first + n; k++) {
-            struct mapping *m = map_at(k);
+            struct mapping *m = vmm_map_at(k);
             for (size_t i = 0; i < count; i++) {
                 uint32_t bit = 1u << desc[i].location.id;
                 m->read_mask = desc[i].flags & CU_MEM_ACCESS_FLAGS_PROT_READ ? m->read_mask | bit
@@ -685,7 +661,7 @@ VMM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         }
         g_stats.set_access_calls++;
     }
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     return r;
 }
 
@@ -697,17 +673,17 @@ VMM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *
         return r;
     if (!flags || !location || !device_location_ok(location, ndev))
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_rwlock_rdlock(&g_vmm);
-    size_t i = vec_find(&g_maps, (uintptr_t)ptr);
-    if (i < g_maps.n) {
+    pthread_rwlock_rdlock(&vmm_lock);
+    size_t i = vmm_vec_find(&vmm_maps, (uintptr_t)ptr);
+    if (i < vmm_maps.n) {
         uint32_t bit = 1u << location->id;
-        const struct mapping *m = map_at(i);
+        const struct mapping *m = vmm_map_at(i);
         *flags = m->write_mask & bit ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                  : m->read_mask & bit ? CU_MEM_ACCESS_FLAGS_PROT_READ
                                       : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     }
-    pthread_rwlock_unlock(&g_vmm);
-    return i < g_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_unlock(&vmm_lock);
+    return i < vmm_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------ */
@@ -715,13 +691,13 @@ VMM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *
 
 void fc_vmm_device_reset(int dev)
 {
-    pthread_once(&g_vmm_once, vmm_init);
+    pthread_once(&vmm_lock_once, vmm_init);
     if (dev < 0 || dev >= VMM_MAX_DEVICES)
         return;
-    pthread_rwlock_wrlock(&g_vmm);
+    pthread_rwlock_wrlock(&vmm_lock);
     size_t unmapped = 0;
-    for (size_t i = 0; i < g_maps.n;) {
-        struct mapping *m = map_at(i);
+    for (size_t i = 0; i < vmm_maps.n;) {
+        struct mapping *m = vmm_map_at(i);
         if (m->ph->dev != dev) {
             i++;
             continue;
@@ -729,7 +705,7 @@ void fc_vmm_device_reset(int dev)
         mmap((void *)m->at.va, m->at.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         g_stats.mapped_bytes -= m->at.size;
         m->ph->maps--;
-        vec_remove(&g_maps, i, 1);
+        vec_remove(&vmm_maps, i, 1);
         unmapped++;
     }
     size_t destroyed = 0;
@@ -742,138 +718,10 @@ void fc_vmm_device_reset(int dev)
         destroyed++;
     }
     g_stats.reset_destroyed += destroyed;
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     if (destroyed)
         fprintf(stderr, "fakecuda: reset of device %d destroyed %zu VMM allocation(s) still alive "
                         "(%zu mapping(s) unmapped)\n", dev, destroyed, unmapped);
-}
-
-/* ------------------------------------------------------------------ */
-/* Device-side accesses                                                */
-
-enum verdict { V_OK, V_UNMAPPED, V_NO_ACCESS };
-
-/* Every reserved byte of [p, p + n) must be mapped with access for dev;
- * bytes outside every reservation are not VMM memory and pass. */
-static enum verdict check_range_locked(uintptr_t p, size_t n, int dev, bool write, uintptr_t *bad)
-{
-    uintptr_t end = p + n;
-    size_t ri = vec_lower_bound(&g_res, p);
-    if (ri > 0 && vec_at(&g_res, ri - 1)->va + vec_at(&g_res, ri - 1)->size > p)
-        ri--;
-    for (; ri < g_res.n && vec_at(&g_res, ri)->va < end; ri++) {
-        const struct span *res = vec_at(&g_res, ri);
-        uintptr_t cur = res->va > p ? res->va : p;
-        uintptr_t stop = res->va + res->size < end ? res->va + res->size : end;
-        size_t mi = vec_find(&g_maps, cur);
-        while (cur < stop) {
-            if (mi >= g_maps.n || map_at(mi)->at.va > cur) {
-                *bad = cur;
-                return V_UNMAPPED;
-            }
-            const struct mapping *m = map_at(mi);
-            if (!((write ? m->write_mask : m->read_mask) & (1u << dev))) {
-                *bad = cur;
-                return V_NO_ACCESS;
-            }
-            cur = m->at.va + m->at.size;
-            mi++;
-        }
-    }
-    return V_OK;
-}
-
-static void report_fault(int dev, bool write, const void *p, size_t n, enum verdict v, uintptr_t bad)
-{
-    atomic_fetch_add(v == V_UNMAPPED ? &g_faults_unmapped : &g_faults_no_access, 1);
-    int line = atomic_fetch_add(&g_fault_lines, 1);
-    if (line < VMM_MAX_FAULT_LINES)
-        fprintf(stderr, "fakecuda: device fault: device %d %s [%p, +%zu) hits %p, %s\n", dev,
-                write ? "writing" : "reading", p, n, (void *)bad,
-                v == V_UNMAPPED ? "a reserved page that is not mapped" : "a page mapped without access for it");
-    else if (line == VMM_MAX_FAULT_LINES)
-        fprintf(stderr, "fakecuda: further device faults are counted, not printed\n");
-}
-
-VMM_API CUresult fakecu_device_write(int dev, void *dst, const void *src, int byte, size_t n)
-{
-    if (dev < 0 || dev >= VMM_MAX_DEVICES || (n && !dst) || (uintptr_t)dst + n < (uintptr_t)dst ||
-        (src && (uintptr_t)src + n < (uintptr_t)src))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!n)
-        return CUDA_SUCCESS;
-    uintptr_t bad = 0;
-    bool bad_is_write = true;
-    pthread_rwlock_rdlock(&g_vmm);
-    enum verdict v = check_range_locked((uintptr_t)dst, n, dev, true, &bad);
-    if (v == V_OK && src) {
-        v = check_range_locked((uintptr_t)src, n, dev, false, &bad);
-        bad_is_write = false;
-    }
-    if (v == V_OK) { /* under the lock: no unmap can pull the pages away mid-copy */
-        if (src)
-            memmove(dst, src, n);
-        else
-            memset(dst, byte, n);
-    }
-    pthread_rwlock_unlock(&g_vmm);
-    if (v == V_OK)
-        return CUDA_SUCCESS;
-    report_fault(dev, bad_is_write, bad_is_write ? dst : src, n, v, bad);
-    return CUDA_ERROR_ILLEGAL_ADDRESS;
-}
-
-struct device_job {
-    int dev;
-    void *dst;
-    const void *src;
-    int byte;
-    size_t n;
-    unsigned delay_us;
-};
-
-static void device_job_run(void *arg)
-{
-    struct device_job *j = arg;
-    if (j->delay_us) {
-        struct timespec ts = {.tv_sec = j->delay_us / 1000000u, .tv_nsec = (long)(j->delay_us % 1000000u) * 1000L};
-        while (nanosleep(&ts, &ts))
-            ;
-    }
-    (void)fakecu_device_write(j->dev, j->dst, j->src, j->byte, j->n); /* a fault was reported */
-    free(j);
-}
-
-static CUresult enqueue_device_job(const struct device_job *tmpl, CUstream s)
-{
-    CUdevice dev;
-    CUresult r = cuCtxGetDevice(&dev);
-    if (r)
-        return r;
-    if (tmpl->n && !tmpl->dst)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct device_job *j = malloc(sizeof *j);
-    if (!j)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *j = *tmpl;
-    j->dev = dev;
-    return fakecu_launch(s, 0, device_job_run, j, free);
-}
-
-VMM_API CUresult fakecu_memset_async(CUdeviceptr dst, int byte, size_t n, CUstream hStream, unsigned delay_us)
-{
-    struct device_job j = {.dst = (void *)(uintptr_t)dst, .byte = byte, .n = n, .delay_us = delay_us};
-    return enqueue_device_job(&j, hStream);
-}
-
-VMM_API CUresult fakecu_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream,
-                                     unsigned delay_us)
-{
-    if (n && !src)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct device_job j = {.dst = (void *)(uintptr_t)dst, .src = (const void *)(uintptr_t)src, .n = n,
-                           .delay_us = delay_us};
-    return enqueue_device_job(&j, hStream);
 }
 
 /* ------------------------------------------------------------------ */
@@ -883,26 +731,26 @@ VMM_API void fakecu_vmm_get_stats(struct fakecu_vmm_stats *out)
 {
     if (!out)
         return;
-    pthread_rwlock_rdlock(&g_vmm);
+    pthread_rwlock_rdlock(&vmm_lock);
     *out = g_stats;
-    pthread_rwlock_unlock(&g_vmm);
-    out->faults_unmapped = atomic_load(&g_faults_unmapped);
-    out->faults_no_access = atomic_load(&g_faults_no_access);
+    pthread_rwlock_unlock(&vmm_lock);
+    out->faults_unmapped = atomic_load(&vmm_faults_unmapped);
+    out->faults_no_access = atomic_load(&vmm_faults_no_access);
 }
 
 VMM_API size_t fakecu_vmm_physical_bytes(int dev)
 {
     if (dev < 0 || dev >= VMM_MAX_DEVICES)
         return 0;
-    pthread_rwlock_rdlock(&g_vmm);
+    pthread_rwlock_rdlock(&vmm_lock);
     size_t v = g_phys_bytes[dev];
-    pthread_rwlock_unlock(&g_vmm);
+    pthread_rwlock_unlock(&vmm_lock);
     return v;
 }
 
 VMM_API int fakecu_vmm_set_granularity(size_t bytes)
 {
-    pthread_once(&g_vmm_once, vmm_init);
+    pthread_once(&vmm_lock_once, vmm_init);
     if (!granularity_ok(bytes))
         return -1;
     atomic_store(&g_granularity, bytes);
@@ -911,12 +759,12 @@ VMM_API int fakecu_vmm_set_granularity(size_t bytes)
 
 VMM_API int fakecu_vmm_fail_at(const char *fn, unsigned long long n)
 {
-    pthread_once(&g_vmm_once, vmm_init);
+    pthread_once(&vmm_lock_once, vmm_init);
     for (int op = 0; op < OP_COUNT; op++)
         if (fn && !strcmp(fn, k_op_names[op])) {
-            pthread_rwlock_wrlock(&g_vmm);
+            pthread_rwlock_wrlock(&vmm_lock);
             g_op_fail_at[op] = n ? g_op_calls[op] + n : 0;
-            pthread_rwlock_unlock(&g_vmm);
+            pthread_rwlock_unlock(&vmm_lock);
             return 0;
         }
     return -1;
