@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #endif
 #include "fake_cuda_driver.h"
+#include "fake_vmm.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -746,6 +747,24 @@ static void async_free_job(void *arg)
     host_free(&r);
 }
 
+/* Device memory accounting for the VMM half of the library (fake_vmm.h). */
+bool fc_device_charge(int dev, size_t bytes)
+{
+    pthread_mutex_lock(&g_lock);
+    bool ok = bytes <= g_dev[dev].capacity - g_dev[dev].used;
+    if (ok)
+        g_dev[dev].used += bytes;
+    pthread_mutex_unlock(&g_lock);
+    return ok;
+}
+
+void fc_device_uncharge(int dev, size_t bytes)
+{
+    pthread_mutex_lock(&g_lock);
+    g_dev[dev].used -= bytes < g_dev[dev].used ? bytes : g_dev[dev].used; /* a reset zeroed it */
+    pthread_mutex_unlock(&g_lock);
+}
+
 /* ------------------------------------------------------------------ */
 /* Init, version, errors                                               */
 
@@ -897,6 +916,7 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 static void device_reset_locked(int dev)
 {
     device_sync_locked(dev);
+    fc_vmm_device_reset(dev);
     for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
         if (t->live && t->dev == dev && t->kind == SK_CREATED)
             stream_retire_locked(t);
@@ -1689,6 +1709,18 @@ static const struct proc_entry k_procs[] = {
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     P("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+    P("cuMemAddressReserve", 10020, cuMemAddressReserve),
+    P("cuMemAddressFree", 10020, cuMemAddressFree),
+    P("cuMemCreate", 10020, cuMemCreate),
+    P("cuMemRelease", 10020, cuMemRelease),
+    P("cuMemMap", 10020, cuMemMap),
+    P("cuMemUnmap", 10020, cuMemUnmap),
+    P("cuMemSetAccess", 10020, cuMemSetAccess),
+    P("cuMemGetAccess", 10020, cuMemGetAccess),
+    P("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
+    P("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
+    P("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
     P("cuStreamCreate", 2000, cuStreamCreate),
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),

@@ -114,6 +114,64 @@ typedef struct CUipcMemHandle_st {
 
 typedef void (*CUhostFn)(void *userData);
 
+/* ---- Virtual memory management (the cuMem* "VMM" API, CUDA 10.2+) ---- */
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+typedef enum CUmemAllocationType_enum {
+    CU_MEM_ALLOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_ALLOCATION_TYPE_PINNED = 0x1
+} CUmemAllocationType;
+
+typedef enum CUmemAllocationHandleType_enum {
+    CU_MEM_HANDLE_TYPE_NONE = 0x0,
+    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
+    CU_MEM_HANDLE_TYPE_WIN32 = 0x2,
+    CU_MEM_HANDLE_TYPE_WIN32_KMT = 0x4,
+    CU_MEM_HANDLE_TYPE_FABRIC = 0x8
+} CUmemAllocationHandleType;
+
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+    CU_MEM_LOCATION_TYPE_HOST = 0x2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4
+} CUmemLocationType;
+
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
+} CUmemAccess_flags;
+
+typedef enum CUmemAllocationGranularity_flags_enum {
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1
+} CUmemAllocationGranularity_flags;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
 /* ---- Initialisation, version, errors ---- */
 CUresult cuInit(unsigned int Flags);
 CUresult cuDriverGetVersion(int *driverVersion);
@@ -154,6 +212,28 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+
+/* ---- Virtual memory management (tests/fake/fake_vmm.c) ----
+ * A physical allocation is a memfd; cuMemMap maps it MAP_SHARED at the
+ * reserved address, so two mappings of one handle really alias. Reserved but
+ * unmapped pages, and mapped pages before cuMemSetAccess, are PROT_NONE. */
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType, unsigned long long flags);
 
 /* ---- Streams, events, capture ---- */
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
@@ -220,6 +300,51 @@ void fakecu_reset_counters(void);
  */
 CUresult fakecu_launch(CUstream hStream, int per_thread, void (*fn)(void *), void *arg,
                        void (*drop)(void *));
+
+/*
+ * ---- Test-only API of the fake VMM (tests/fake/fake_vmm.c) ----
+ *
+ * Device-side accesses: the fake's "device" touches memory only through the
+ * functions below. An access to a reserved VMM address that is not mapped, or
+ * mapped without access for the accessing device (read access for a source,
+ * read-write for a destination), is refused: nothing is written, a fault is
+ * counted in fakecu_vmm_stats and one line goes to stderr ("fakecuda: device
+ * fault: ..."). Addresses outside every reservation (cuMemAlloc memory, host
+ * memory) are accessed as they are.
+ */
+struct fakecu_vmm_stats {
+    size_t reserved_bytes;  /* address space held by cuMemAddressReserve */
+    size_t mapped_bytes;    /* bytes currently mapped by cuMemMap */
+    size_t physical_bytes;  /* bytes of live physical allocations, all devices */
+    size_t handles;         /* live physical allocations (released but mapped included) */
+    unsigned long long creates, releases, maps, unmaps, set_access_calls;
+    unsigned long long faults_unmapped;  /* device access hit a reserved, unmapped page */
+    unsigned long long faults_no_access; /* device access hit a page mapped without access */
+    unsigned long long reset_destroyed;  /* allocations destroyed by a device reset */
+};
+void fakecu_vmm_get_stats(struct fakecu_vmm_stats *out);
+/* Bytes of live physical allocations on device dev (also charged in fakecu_used_bytes). */
+size_t fakecu_vmm_physical_bytes(int dev);
+/* Granularity reported by cuMemGetAllocationGranularity and required by
+ * cuMemCreate/cuMemAddressReserve/cuMemMap; default 2 MiB or
+ * FAKECUDA_VMM_GRANULARITY. Must be a power of two and a multiple of the host
+ * page size; returns 0, or -1 (unchanged) for a bad value. */
+int fakecu_vmm_set_granularity(size_t bytes);
+/* The n-th call from now of fn ("cuMemCreate", "cuMemAddressReserve",
+ * "cuMemMap" or "cuMemSetAccess") that passes argument checks fails with
+ * CUDA_ERROR_OUT_OF_MEMORY (once); 0 disarms. FAKECUDA_FAIL_CREATE_AT=n arms
+ * it for cuMemCreate at start-up. Returns -1 for an unknown fn. */
+int fakecu_vmm_fail_at(const char *fn, unsigned long long n);
+/* Device dev writes: memmove(dst, src, n) when src != NULL, else memset(dst,
+ * byte, n), after the checks above. CUDA_ERROR_ILLEGAL_ADDRESS when refused. */
+CUresult fakecu_device_write(int dev, void *dst, const void *src, int byte, size_t n);
+/* Stream-ordered device writes by the current context's device: after
+ * delay_us the job runs fakecu_device_write (a refused one is only reported,
+ * as a real kernel's fault is). Models a kernel still writing after the host
+ * moved on, e.g. across a cuMemUnmap. per-thread default stream: not modelled
+ * here (a NULL stream is the legacy one). */
+CUresult fakecu_memset_async(CUdeviceptr dst, int byte, size_t n, CUstream hStream, unsigned delay_us);
+CUresult fakecu_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream, unsigned delay_us);
 
 #ifdef __cplusplus
 }
