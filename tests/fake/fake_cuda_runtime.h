@@ -25,6 +25,12 @@
  *     (and uncharges) when the stream reaches it.
  *   - The runtime calls the driver through private pointers, so a preload that
  *     interposes cuMemAlloc_v2 does not see cudaMalloc's driver call.
+ *   - fakecuda_stream_hold keeps a stream's new work queued until a
+ *     synchronisation (or work that depends on it) demands it: a deterministic
+ *     "GPU still busy" for hazard tests (tests/preload/hazard_streams.c).
+ *   - Events, cudaStreamWaitEvent and graphs (capture records the stream's
+ *     work, cudaGraphLaunch replays it as one job on the launch stream) follow
+ *     the same ordering. The full model: fake_internal.h.
  */
 #ifndef FAKE_CUDA_RUNTIME_H
 #define FAKE_CUDA_RUNTIME_H

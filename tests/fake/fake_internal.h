@@ -1,18 +1,43 @@
 // SPDX-License-Identifier: MIT
 /*
- * Fake CUDA driver (libcuda.so.1) for testing the interposer without a GPU.
+ * Fake CUDA driver (libcuda.so.1) for testing the interposer without a GPU:
+ * the internals shared by its files (fake_cuda.c, fake_stream.c,
+ * fake_event.c, fake_graph.c, fake_procs.c).
  *
  * "Device memory" is host memory, so tests can look at the bytes and see
  * corruption. Streams are worker threads running FIFOs of host functions, so
  * work really is asynchronous and stream-ordering mistakes show up as data
  * races in the test's buffers.
  *
+ * Stream model (CUDA's ordering rules):
+ *  - the legacy default stream (handle 0 / CU_STREAM_LEGACY, one per device)
+ *    is implicitly ordered with every BLOCKING stream of its device: a job on
+ *    it depends on all earlier work of those streams, and a job on a blocking
+ *    stream depends on earlier legacy work. Two blocking streams are not
+ *    ordered with each other; NON_BLOCKING streams (cuStreamCreate* with
+ *    CU_STREAM_NON_BLOCKING) are ordered with nothing but themselves;
+ *  - per-thread default streams (CU_STREAM_PER_THREAD, the NULL handle in
+ *    _ptsz/_ptds entry points) are one blocking stream per thread and device,
+ *    retired when the thread exits;
+ *  - events record a stream's sequence number; query/synchronise compare it
+ *    with the stream's completed count; cuStreamWaitEvent queues an empty job
+ *    that depends on it;
+ *  - a capture records the capturing stream's work into a graph; a launched
+ *    graph runs that work as one job on the launch stream (fake_graph.c).
+ *
+ * Held work (fakecu_stream_hold) makes "the GPU is still busy" deterministic:
+ * a held stream's new jobs start only when demanded: by a host wait that
+ * covers them (stream/context/event synchronisation, synchronous copies), by
+ * a job that depends on them starting, or by the stream's destruction. Queries
+ * never demand. Every wait goes through wait_seq_locked, which demands first,
+ * so a hold only ever delays work, it cannot deadlock a wait.
+ *
  * Locking: one global mutex (g_lock) protects all state; g_progress is
- * broadcast whenever any stream finishes a job, and every waiter (stream,
- * event, device sync, cross-stream dependency) re-checks on it. Simple, and
- * the fake is never the bottleneck of a test. Stream and context objects are
- * never freed, only recycled, so a pointer held across an unlocked wait stays
- * valid and sequence numbers only grow.
+ * broadcast whenever any stream finishes a job or held work is released, and
+ * every waiter (stream, event, device sync, cross-stream dependency) re-checks
+ * on it. Simple, and the fake is never the bottleneck of a test. Stream and
+ * context objects are never freed, only recycled, so a pointer held across an
+ * unlocked wait stays valid and sequence numbers only grow.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
