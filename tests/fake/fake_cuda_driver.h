@@ -58,6 +58,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
@@ -237,6 +238,9 @@ CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocat
 
 /* ---- Streams, events, capture ---- */
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
+CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamSynchronize(CUstream hStream);
 CUresult cuStreamSynchronize_ptsz(CUstream hStream);
@@ -256,6 +260,11 @@ CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuGraphDestroy(CUgraph hGraph);
 
 /*
  * ---- Test-only API of the fake driver (not part of CUDA) ----
@@ -293,13 +302,29 @@ int fakecu_capturing_any(void);
 /* Zero allocs/frees/sync/procaddress counters (not used bytes, not live allocations). */
 void fakecu_reset_counters(void);
 /*
- * Enqueue fn(arg) on a stream like cuLaunchHostFunc, with drop(arg) called
- * instead when the work is not executed (the stream is capturing, so the work
- * went into a graph nobody launches) so the caller's argument never leaks.
- * per_thread: the NULL handle means the per-thread default stream.
+ * Enqueue fn(arg) on a stream like cuLaunchHostFunc; drop(arg) (if not NULL)
+ * runs once fn has, or at once when the call fails. On a capturing stream the
+ * work is recorded into the graph, which then owns arg: each launch runs
+ * fn(arg) again and drop(arg) runs when the graph goes, so fn must not free
+ * arg. per_thread: the NULL handle means the per-thread default stream.
  */
 CUresult fakecu_launch(CUstream hStream, int per_thread, void (*fn)(void *), void *arg,
                        void (*drop)(void *));
+/*
+ * Held work, the fake's deterministic "GPU still busy": with hold != 0, work
+ * queued on the stream from now on does not start until something demands
+ * it: a synchronisation that covers it (cuStreamSynchronize, cuCtxSynchronize,
+ * cuEventSynchronize of an event recorded after it, a synchronous copy), or
+ * work that depends on it starting (the legacy stream's implicit ordering,
+ * cuStreamWaitEvent), or the stream's destruction. Queries (cuStreamQuery,
+ * cuEventQuery) do not demand: they answer NOT_READY while it is held.
+ * hold == 0 lifts the hold for work queued from now on. per_thread as in
+ * fakecu_launch (the per-thread stream is the calling thread's).
+ */
+CUresult fakecu_stream_hold(CUstream hStream, int per_thread, int hold);
+/* Demands all work queued on the stream so far (for waits that are not CUDA
+ * synchronisation calls, such as the runtime's synchronous copies). */
+CUresult fakecu_stream_demand(CUstream hStream, int per_thread);
 
 /*
  * ---- Test-only API of the fake VMM (tests/fake/fake_vmm.c) ----

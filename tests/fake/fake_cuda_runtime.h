@@ -25,6 +25,12 @@
  *     (and uncharges) when the stream reaches it.
  *   - The runtime calls the driver through private pointers, so a preload that
  *     interposes cuMemAlloc_v2 does not see cudaMalloc's driver call.
+ *   - fakecuda_stream_hold keeps a stream's new work queued until a
+ *     synchronisation (or work that depends on it) demands it: a deterministic
+ *     "GPU still busy" for hazard tests (tests/preload/hazard_streams.c).
+ *   - Events, cudaStreamWaitEvent and graphs (capture records the stream's
+ *     work, cudaGraphLaunch replays it as one job on the launch stream) follow
+ *     the same ordering. The full model: fake_internal.h.
  */
 #ifndef FAKE_CUDA_RUNTIME_H
 #define FAKE_CUDA_RUNTIME_H
@@ -72,6 +78,7 @@ typedef enum cudaError {
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct CUgraph_st *cudaGraph_t;
 
 #define cudaStreamLegacy ((cudaStream_t)0x1)
@@ -188,6 +195,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 /*
  * ---- Test-only API exported by the fake libcudart (not part of CUDA) ----
@@ -200,9 +215,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
  * a buffer handed out again before that work ran ends up overwritten.
  * Aborts the process if the stream handle is invalid; other failures (e.g. a
  * capture conflict) become the thread's last error. On a capturing stream the
- * work is captured, i.e. never executed.
+ * work is recorded into the graph and runs on each launch of it.
  */
 void fakecuda_delayed_fill(void *dst, int byte, size_t n, cudaStream_t s, unsigned delay_us);
+
+/* Holds work queued on s from now on (hold != 0) until a synchronisation or
+ * dependent work demands it: see fakecu_stream_hold in fake_cuda_driver.h.
+ * cudaStreamPerThread is the calling thread's per-thread stream. */
+cudaError_t fakecuda_stream_hold(cudaStream_t s, int hold);
 
 /* Forwarders to the fake driver's counters: see fakecu_* in fake_cuda_driver.h. */
 void fakecuda_fail_alloc_at(unsigned long long n);

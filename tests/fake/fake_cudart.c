@@ -60,6 +60,15 @@
     X(cuEventSynchronize)          \
     X(cuEventDestroy_v2)           \
     X(cuGetProcAddress_v2)         \
+    X(cuStreamWaitEvent)           \
+    X(cuStreamWaitEvent_ptsz)      \
+    X(cuGraphInstantiateWithFlags) \
+    X(cuGraphLaunch)               \
+    X(cuGraphLaunch_ptsz)          \
+    X(cuGraphExecDestroy)          \
+    X(cuGraphDestroy)              \
+    X(fakecu_stream_hold)          \
+    X(fakecu_stream_demand)        \
     X(fakecu_launch)
 
 #define DECLARE_PTR(name) __typeof__(name) *name;
@@ -359,10 +368,11 @@ static void xfer_run(struct xfer *x)
         memset(x->dst, x->byte, x->n);
 }
 
+/* Runs again on every launch of a graph it was captured into: the driver
+ * frees the argument (the drop passed with it), never the job. */
 static void xfer_async_job(void *arg)
 {
     xfer_run(arg);
-    free(arg);
 }
 
 static void xfer_sync_job(void *arg)
@@ -398,6 +408,7 @@ static cudaError_t xfer_sync(struct xfer *x)
     CUresult r = D.fakecu_launch(CU_STREAM_LEGACY, 0, xfer_sync_job, x, NULL);
     if (r)
         return map_error(r);
+    D.fakecu_stream_demand(CU_STREAM_LEGACY, 0); /* the host waits for it: held work must run */
     pthread_mutex_lock(&m);
     while (!done)
         pthread_cond_wait(&cv, &m);
@@ -733,6 +744,58 @@ RT_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph
     return ret_drv(D.cuStreamEndCapture(stream, pGraph));
 }
 
+RT_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+    if (!pStream)
+        return ret(cudaErrorInvalidValue);
+    ENTER_OR_RETURN(NULL);
+    (void)priority; /* orders nothing in the fake */
+    return ret_drv(D.cuStreamCreate(pStream, flags));
+}
+
+RT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuStreamWaitEvent(stream, event, flags));
+}
+
+RT_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuStreamWaitEvent_ptsz(stream, event, flags));
+}
+
+RT_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                        unsigned long long flags)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphInstantiateWithFlags(pGraphExec, graph, flags));
+}
+
+RT_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphLaunch(graphExec, stream));
+}
+
+RT_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphLaunch_ptsz(graphExec, stream));
+}
+
+RT_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphExecDestroy(graphExec));
+}
+
+RT_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphDestroy(graph));
+}
+
 RT_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
     if (!event)
@@ -785,6 +848,12 @@ RT_API void fakecuda_delayed_fill(void *dst, int byte, size_t n, cudaStream_t s,
         abort();
     }
     ret(e);
+}
+
+RT_API cudaError_t fakecuda_stream_hold(cudaStream_t s, int hold)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.fakecu_stream_hold(s, 0, hold));
 }
 
 RT_API void fakecuda_fail_alloc_at(unsigned long long n)

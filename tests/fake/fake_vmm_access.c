@@ -121,7 +121,6 @@ static void device_job_run(void *arg)
             ;
     }
     (void)fakecu_device_write(j->dev, j->dst, j->src, j->byte, j->n); /* a fault was reported */
-    free(j);
 }
 
 static CUresult enqueue_device_job(const struct device_job *tmpl, CUstream s)
@@ -137,7 +136,7 @@ static CUresult enqueue_device_job(const struct device_job *tmpl, CUstream s)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *j = *tmpl;
     j->dev = dev;
-    return fakecu_launch(s, 0, device_job_run, j, free);
+    return fakecu_launch(s, 0, device_job_run, j, free);  /* the fake frees j after the job */
 }
 
 VMM_API CUresult fakecu_memset_async(CUdeviceptr dst, int byte, size_t n, CUstream hStream, unsigned delay_us)

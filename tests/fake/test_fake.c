@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #define MiB ((size_t)1 << 20)
@@ -580,6 +581,74 @@ static void test_stress(void)
     CHECK(fakecuda_device_allocs() - a0 > STRESS_THREADS * STRESS_ITERS / 2);
 }
 
+/* Held work, cross-stream waits and graph replay: what the hazard tests rely on. */
+static void test_holds_waits_graphs(void)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    cudaStream_t a, b, cap;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithPriority(&b, cudaStreamNonBlocking, -1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess);
+    unsigned char *p;
+    CHECK(cudaMalloc((void **)&p, 4096) == cudaSuccess);
+    memset(p, 0, 4096);
+
+    /* Held: the work stays queued through queries; the event's synchronisation runs it. */
+    cudaEvent_t ev;
+    CHECK(cudaEventCreate(&ev) == cudaSuccess);
+    CHECK(fakecuda_stream_hold(a, 1) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x11, 4096, a, 0);
+    CHECK(cudaEventRecord(ev, a) == cudaSuccess);
+    usleep(20000);
+    CHECK(cudaStreamQuery(a) == cudaErrorNotReady);
+    CHECK(cudaEventQuery(ev) == cudaErrorNotReady);
+    CHECK(all_bytes(p, 0, 4096));
+    CHECK(cudaEventSynchronize(ev) == cudaSuccess);
+    CHECK(all_bytes(p, 0x11, 4096));
+
+    /* A wait on another stream demands the held work it depends on, in order. */
+    fakecuda_delayed_fill(p, 0x22, 4096, a, 0);
+    CHECK(cudaEventRecord(ev, a) == cudaSuccess);
+    CHECK(cudaStreamWaitEvent(b, ev, 0) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x33, 4096, b, 0);
+    CHECK(cudaStreamSynchronize(b) == cudaSuccess);
+    CHECK(all_bytes(p, 0x33, 4096));
+    CHECK(fakecuda_stream_hold(a, 0) == cudaSuccess);
+
+    /* Capture records; each launch replays on the launch stream; destroy order is free. */
+    CHECK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x44, 4096, cap, 0);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamEndCapture(cap, &g) == cudaSuccess && g != NULL);
+    CHECK(all_bytes(p, 0x33, 4096));
+    CHECK(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess);
+    CHECK(cudaGraphLaunch(exec, a) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(a) == cudaSuccess);
+    CHECK(all_bytes(p, 0x44, 4096));
+    memset(p, 0, 4096);
+    CHECK(cudaGraphLaunch(exec, b) == cudaSuccess);
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(b) == cudaSuccess);
+    CHECK(all_bytes(p, 0x44, 4096));
+    CHECK(cudaGraphLaunch(exec, b) == cudaErrorInvalidValue);
+
+    /* A driver-created stream resolves through cuGetProcAddress too. */
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CHECK(cuGetProcAddress_v2("cuStreamCreateWithPriority", &fn, 12000, 0, &st) == CUDA_SUCCESS &&
+          fn == (void *)cuStreamCreateWithPriority);
+    CHECK(cuGetProcAddress_v2("cuGraphLaunch", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                              &st) == CUDA_SUCCESS && fn == (void *)cuGraphLaunch_ptsz);
+
+    CHECK(cudaEventDestroy(ev) == cudaSuccess);
+    CHECK(cudaFree(p) == cudaSuccess);
+    CHECK(cudaStreamDestroy(a) == cudaSuccess);
+    CHECK(cudaStreamDestroy(b) == cudaSuccess);
+    CHECK(cudaStreamDestroy(cap) == cudaSuccess);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -589,6 +658,7 @@ int main(void)
     test_fault_injection();
     test_streams_and_events();
     test_capture();
+    test_holds_waits_graphs();
     test_devices_and_contexts();
     test_stress();
     if (g_failures) {

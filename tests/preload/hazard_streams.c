@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: MIT
+// Early reuse across streams: a block freed while work queued before the free still writes it
+// must not reach a new owner whose work is not ordered after that write.
+//
+//   hazard_streams SCENARIO intact|clobbered
+//
+// Every scenario: allocate p; hold a stream (the fake keeps its new work queued until a
+// synchronisation or dependent work demands it: the GPU is "busy"); queue a write of OLD into p
+// there; free p; allocate q (the allocator may hand p out again); the new owner writes NEW into q
+// on its own stream and synchronises that stream only; then the whole device is synchronised, which
+// runs the held write. q holding anything but NEW means the block was reused too early.
+// "intact" asserts q is intact (the preload's default mode must pass); "clobbered" asserts the
+// corruption is seen and q was the freed block (proves the scenario detects early reuse when the
+// preload is made unsafe with immediate_reuse:True).
+#include "fake_cuda_driver.h"
+
+#include <pthread.h>
+
+#include "ptest.h"
+
+#define N ((size_t)1 << 20)
+#define OLD 0xAA
+#define NEW 0x5A
+#define MANY 64
+
+typedef struct outcome {
+    int reused;     // new owners that got a freed block back
+    int clobbered;  // new owners whose data the late write overwrote
+    int owners;
+} outcome;
+
+// Queues the late write: the "kernel" the program launched before freeing p.
+static void late_write(void *p, cudaStream_t s)
+{
+    fakecuda_delayed_fill(p, OLD, N, s, 0);
+    CUDA_OK(cudaGetLastError());
+}
+
+// The new owner's work: NEW on its stream, finished before the held work is released.
+static void new_owner_writes(void *q, cudaStream_t s)
+{
+    CUDA_OK(cudaMemsetAsync(q, NEW, N, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+}
+
+static void judge(outcome *o, void *p, void *q)
+{
+    o->owners++;
+    o->reused += q == p;
+    o->clobbered += !ptest_all_bytes(q, N, NEW);
+}
+
+static cudaStream_t make_stream(unsigned flags)
+{
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, flags));
+    return s;
+}
+
+// Late write on `writer` (held), new owner on `owner`; both runtime streams.
+static outcome two_streams(cudaStream_t writer, cudaStream_t owner)
+{
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(fakecuda_stream_hold(writer, 1));
+    late_write(p, writer);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, owner);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(fakecuda_stream_hold(writer, 0));
+    CUDA_OK(cudaFree(q));
+    return o;
+}
+
+static outcome blocking_streams(void)
+{
+    cudaStream_t a = make_stream(cudaStreamDefault), b = make_stream(cudaStreamDefault);
+    outcome o = two_streams(a, b);
+    CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+static outcome legacy_then_nonblocking(void)
+{
+    cudaStream_t b = make_stream(cudaStreamNonBlocking);
+    outcome o = two_streams(cudaStreamLegacy, b);
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+static outcome nonblocking_then_legacy(void)
+{
+    cudaStream_t a = make_stream(cudaStreamNonBlocking);
+    outcome o = two_streams(a, cudaStreamLegacy);
+    CUDA_OK(cudaStreamDestroy(a));
+    return o;
+}
+
+// The legitimately safe case: one stream orders the late write before the new owner's work.
+static outcome one_stream(void)
+{
+    return two_streams(cudaStreamLegacy, cudaStreamLegacy);
+}
+
+// A stream the runtime never saw (cuStreamCreateWithPriority), memory through the driver hooks.
+static outcome driver_stream(void)
+{
+    CUDA_OK(cudaSetDevice(0));  // the driver calls below need the primary context current
+    CUstream a;
+    CU_OK(cuStreamCreateWithPriority(&a, CU_STREAM_NON_BLOCKING, -1));
+    cudaStream_t b = make_stream(cudaStreamNonBlocking);
+    outcome o = {0};
+    CUdeviceptr p, q;
+    CU_OK(cuMemAlloc_v2(&p, N));
+    CU_OK(fakecu_stream_hold(a, 0, 1));
+    late_write((void *)p, a);
+    CU_OK(cuMemFree_v2(p));
+    CU_OK(cuMemAlloc_v2(&q, N));
+    new_owner_writes((void *)q, b);
+    CU_OK(cuCtxSynchronize());
+    judge(&o, (void *)p, (void *)q);
+    CU_OK(cuMemFree_v2(q));
+    CU_OK(cuStreamDestroy_v2(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+// Two threads' per-thread default streams: the first thread's late write, the second's new owner.
+struct ptds_shared {
+    pthread_barrier_t freed, checked;
+    void *p;
+};
+
+static void *ptds_writer(void *arg)
+{
+    struct ptds_shared *sh = arg;
+    CUDA_OK(cudaMalloc(&sh->p, N));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamPerThread, 1));
+    late_write(sh->p, cudaStreamPerThread);
+    CUDA_OK(cudaFree(sh->p));
+    pthread_barrier_wait(&sh->freed);
+    // Stay alive: a thread's exit retires its per-thread stream, which releases the held work.
+    pthread_barrier_wait(&sh->checked);
+    return NULL;
+}
+
+static void *ptds_owner(void *arg)
+{
+    struct ptds_shared *sh = arg;
+    pthread_barrier_wait(&sh->freed);
+    void *q;
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, cudaStreamPerThread);
+    return q;
+}
+
+static outcome per_thread_streams(void)
+{
+    struct ptds_shared sh;
+    pthread_barrier_init(&sh.freed, NULL, 2);
+    pthread_barrier_init(&sh.checked, NULL, 2);
+    pthread_t w, n;
+    pthread_create(&w, NULL, ptds_writer, &sh);
+    pthread_create(&n, NULL, ptds_owner, &sh);
+    void *q;
+    pthread_join(n, &q);
+    CUDA_OK(cudaDeviceSynchronize());
+    outcome o = {0};
+    judge(&o, sh.p, q);
+    pthread_barrier_wait(&sh.checked);
+    pthread_join(w, NULL);
+    pthread_barrier_destroy(&sh.freed);
+    pthread_barrier_destroy(&sh.checked);
+    CUDA_OK(cudaFree(q));
+    return o;
+}
+
+// cudaFreeAsync(p, a) makes p reusable at once on a, whose order covers the late write; a plain
+// cudaMalloc used on another stream must not get it before that write ran.
+static outcome free_async_then_malloc(void)
+{
+    cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMallocAsync(&p, N, a));
+    CUDA_OK(fakecuda_stream_hold(a, 1));
+    late_write(p, a);
+    CUDA_OK(cudaFreeAsync(p, a));
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, b);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+// A graph whose captured work writes p, launched on a (held), p freed right after the launch.
+static outcome graph_launch(void)
+{
+    cudaStream_t cap = make_stream(cudaStreamNonBlocking), a = make_stream(cudaStreamNonBlocking),
+                 b = make_stream(cudaStreamNonBlocking);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeRelaxed));
+    late_write(p, cap);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamEndCapture(cap, &g));
+    CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_OK(fakecuda_stream_hold(a, 1));
+    CUDA_OK(cudaGraphLaunch(exec, a));
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, b);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(g));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaStreamDestroy(cap));
+    CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+// The CPU runs ahead: MANY blocks written late on one held stream and freed, then MANY new owners.
+static outcome many_in_flight(void)
+{
+    cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
+    CUDA_OK(fakecuda_stream_hold(a, 1));
+    void *p[MANY], *q[MANY];
+    for (int i = 0; i < MANY; i++) {
+        CUDA_OK(cudaMalloc(&p[i], N));
+        late_write(p[i], a);
+        CUDA_OK(cudaFree(p[i]));
+    }
+    for (int i = 0; i < MANY; i++) {
+        CUDA_OK(cudaMalloc(&q[i], N));
+        CUDA_OK(cudaMemsetAsync(q[i], NEW, N, b));
+    }
+    CUDA_OK(cudaStreamSynchronize(b));
+    CUDA_OK(cudaDeviceSynchronize());
+    outcome o = {0};
+    for (int i = 0; i < MANY; i++) {
+        int was_freed = 0;
+        for (int j = 0; j < MANY; j++)
+            was_freed |= q[i] == p[j];
+        o.owners++;
+        o.reused += was_freed;
+        o.clobbered += !ptest_all_bytes(q[i], N, NEW);
+    }
+    for (int i = 0; i < MANY; i++)
+        CUDA_OK(cudaFree(q[i]));
+    CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+static const struct {
+    const char *name;
+    outcome (*run)(void);
+} scenarios[] = {
+    {"blocking-streams", blocking_streams},
+    {"legacy-then-nonblocking", legacy_then_nonblocking},
+    {"nonblocking-then-legacy", nonblocking_then_legacy},
+    {"one-stream", one_stream},
+    {"driver-stream", driver_stream},
+    {"per-thread-streams", per_thread_streams},
+    {"free-async-then-malloc", free_async_then_malloc},
+    {"graph-launch", graph_launch},
+    {"many-in-flight", many_in_flight},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[2], "intact") && strcmp(argv[2], "clobbered"))) {
+        fprintf(stderr, "usage: %s SCENARIO intact|clobbered\n", argv[0]);
+        return 2;
+    }
+    ptest_api api = ptest_get_api();
+    CHECK(api.is_active() == 1, "the preload is active (%s)", api.config_string());
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+        if (strcmp(scenarios[i].name, argv[1]))
+            continue;
+        outcome o = scenarios[i].run();
+        printf("%s: %d new owner(s), %d got a freed block back, %d clobbered\n", argv[1], o.owners,
+               o.reused, o.clobbered);
+        if (!strcmp(argv[2], "intact"))
+            CHECK(o.clobbered == 0, "no new owner's data was overwritten by work queued before a free");
+        else
+            CHECK(o.clobbered > 0 && o.reused > 0,
+                  "the late write clobbered a reused block: this scenario detects early reuse");
+        return 0;
+    }
+    fprintf(stderr, "%s: unknown scenario '%s'\n", argv[0], argv[1]);
+    return 2;
+}
