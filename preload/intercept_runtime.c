@@ -149,7 +149,8 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
     // baked into the graph instead); an invalid stream gets the runtime's own error.
     if (p && size != 0 && !(cci_capture_maybe_active() && cci_stream_capturing(s, ptsz)) &&
         stream_device(s, &device) == 0) {
-        int served = cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, cci_stream_key(s, ptsz), &addr);
+        int served =
+            cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, cci_stream_key(s, ptsz), &addr);
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
@@ -215,7 +216,8 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
     const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
     cudaError_t rc;
-    if (h && p && cci_serve_ipc_check(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p) != CCI_OK)
+    if (h && p &&
+        cci_serve_ipc_check(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p) != CCI_OK)
         rc = runtime_error(cudaErrorInvalidValue);
     else
         rc = rt->cudaIpcGetMemHandle(h, p);
