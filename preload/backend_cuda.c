@@ -27,9 +27,9 @@ static CUcontext primary_ctx(int device)
     c = atomic_load_explicit(&primary[device], memory_order_relaxed);
     if (!c) {
         CUdevice d;
-        CUresult r = cci_real_drv.cuDeviceGet(&d, device);
+        CUresult r = cci_real_drv()->cuDeviceGet(&d, device);
         if (r == CUDA_SUCCESS)
-            r = cci_real_drv.cuDevicePrimaryCtxRetain(&c, d);
+            r = cci_real_drv()->cuDevicePrimaryCtxRetain(&c, d);
         if (r != CUDA_SUCCESS) {
             cci_log(CCI_LOG_DEBUG, "device %d: retaining the primary context failed (CUresult %d)",
                     device, r);
@@ -55,13 +55,13 @@ static int enter(int device, driver_scope *sc)
     if (!c)
         return -1;
     sc->relaxed = 0;
-    if (cci_capture_maybe_active() && cci_real_drv.cuThreadExchangeStreamCaptureMode) {
+    if (cci_capture_maybe_active() && cci_real_drv()->cuThreadExchangeStreamCaptureMode) {
         sc->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
-        sc->relaxed = cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
+        sc->relaxed = cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
     }
-    if (cci_real_drv.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
+    if (cci_real_drv()->cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
         if (sc->relaxed)
-            cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved);
+            cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved);
         return -1;
     }
     return 0;
@@ -70,9 +70,9 @@ static int enter(int device, driver_scope *sc)
 static void leave(driver_scope *sc)
 {
     CUcontext popped;
-    cci_real_drv.cuCtxPopCurrent_v2(&popped);
+    cci_real_drv()->cuCtxPopCurrent_v2(&popped);
     if (sc->relaxed)
-        cci_real_drv.cuThreadExchangeStreamCaptureMode(&sc->saved);
+        cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved);
 }
 
 static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
@@ -81,7 +81,7 @@ static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
     if (enter(device, &sc))
         return CCI_EBACKEND;
     CUdeviceptr p = 0;
-    CUresult r = cci_real_drv.cuMemAlloc_v2(&p, size);
+    CUresult r = cci_real_drv()->cuMemAlloc_v2(&p, size);
     leave(&sc);
     if (r == CUDA_SUCCESS) {
         *addr = (uintptr_t)p;
@@ -96,7 +96,7 @@ static int release(void *ctx, int device, uintptr_t addr, size_t size)
     driver_scope sc;
     if (enter(device, &sc))
         return CCI_EBACKEND;
-    CUresult r = cci_real_drv.cuMemFree_v2((CUdeviceptr)addr);
+    CUresult r = cci_real_drv()->cuMemFree_v2((CUdeviceptr)addr);
     leave(&sc);
     if (r != CUDA_SUCCESS)
         cci_log(CCI_LOG_DEBUG, "device %d: cuMemFree_v2(%#lx) failed (CUresult %d)", device,
@@ -108,8 +108,8 @@ static size_t capacity(void *ctx, int device)
 {
     CUdevice d;
     size_t bytes = 0;
-    if (cci_real_drv.cuDeviceGet(&d, device) != CUDA_SUCCESS ||
-        cci_real_drv.cuDeviceTotalMem_v2(&bytes, d) != CUDA_SUCCESS)
+    if (cci_real_drv()->cuDeviceGet(&d, device) != CUDA_SUCCESS ||
+        cci_real_drv()->cuDeviceTotalMem_v2(&bytes, d) != CUDA_SUCCESS)
         return 0;
     return bytes;
 }
@@ -123,7 +123,7 @@ static int synchronize(void *ctx, int device)
     driver_scope sc;
     if (enter(device, &sc))
         return CCI_EBACKEND;
-    CUresult r = cci_real_drv.cuCtxSynchronize();
+    CUresult r = cci_real_drv()->cuCtxSynchronize();
     leave(&sc);
     if (r != CUDA_SUCCESS)
         cci_log(CCI_LOG_DEBUG, "device %d: cuCtxSynchronize failed (CUresult %d)", device, r);
@@ -144,7 +144,7 @@ cci_backend cci_cuda_backend(void)
 
 int cci_cuda_backend_init(void)
 {
-    CUresult r = cci_real_drv.cuInit(0);
+    CUresult r = cci_real_drv()->cuInit(0);
     if (r != CUDA_SUCCESS) {
         cci_log(CCI_LOG_ERROR, "cuInit failed (CUresult %d); libccinterpose disabled (pass-through)", r);
         return -1;
@@ -158,8 +158,8 @@ void cci_cuda_backend_drop_device(int device)
     CUcontext c = atomic_exchange(&primary[device], NULL);
     if (c) {
         CUdevice d;
-        if (cci_real_drv.cuDeviceGet(&d, device) == CUDA_SUCCESS)
-            cci_real_drv.cuDevicePrimaryCtxRelease_v2(d);
+        if (cci_real_drv()->cuDeviceGet(&d, device) == CUDA_SUCCESS)
+            cci_real_drv()->cuDevicePrimaryCtxRelease_v2(d);
     }
     pthread_mutex_unlock(&primary_lock);
 }

@@ -20,8 +20,8 @@
 // the dlsym-caller tests (a naive forwarder is their negative control) check the behaviour.
 #include <dlfcn.h>
 
-#include "driver_table.h"
 #include "real.h"
+#include "resolver.h"
 
 CCI_NO_SANITIZE cci_dlsym_fn cci__dlsym_route(void *handle, const char *name);
 

@@ -3,11 +3,11 @@
 #ifndef CCI_PRELOAD_HOOKS_DRIVER_H
 #define CCI_PRELOAD_HOOKS_DRIVER_H
 
-#include "driver_table.h"
 #include "export.h"
+#include "real.h"
 
-#define CCI_X(name, params, args) CCI_EXPORT CUresult name params;
-CCI_DRV_WRAPPED(CCI_X)
+#define CCI_X(name, need, params, args) CCI_EXPORT CUresult name params;
+CCI_REAL_DRIVER_WRAPPED(CCI_X)
 #undef CCI_X
 
 #endif

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The CUDA runtime entry points we interpose: forwarders only, the logic is in intercept.c and
-// streams.c. Each is exported unversioned (libccinterpose.map), which binds it to the program's
-// versioned references (cudaMalloc@libcudart.so.13) ahead of libcudart itself.
+// The CUDA runtime entry points we interpose: forwarders only, the logic is in
+// intercept_runtime.c (translation to the serving layer, serve.c) and streams.c. Each is
+// exported unversioned (libccinterpose.map), which binds it to the program's versioned
+// references (cudaMalloc@libcudart.so.13) ahead of libcudart itself.
 #include "hooks.h"
 
-#include "intercept.h"
+#include "intercept_runtime.h"
 #include "streams.h"
 
 cudaError_t cudaMalloc(void **devPtr, size_t size)

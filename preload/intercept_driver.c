@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The logic behind the driver-level wrappers: the same allocators as the runtime level
-// (intercept.c), answered in CUresult, and everything we do not own handed to the real driver
-// function with its real return code.
+// The driver level: the driver-level wrappers' arguments and answers translated to and from the
+// serving layer (serve.h), which makes every decision; everything not ours goes to the real
+// driver function with its real return code.
 //
 // Pools are per device and live in the device's primary context (backend_cuda.c), which is the
 // context every cudart copy uses. An allocation is ours only when the calling thread's current
@@ -11,12 +11,10 @@
 
 #include <stdint.h>
 
-#include "allocator.h"
 #include "backend_cuda.h"
-#include "driver_table.h"
-#include "intercept.h"
 #include "levels.h"
-#include "log.h"
+#include "real.h"
+#include "serve.h"
 #include "state.h"
 #include "streams.h"
 
@@ -29,7 +27,7 @@ static int driver_level(void)
 
 // The device of the calling thread's current context, when that context is the device's primary
 // context. 0 and *device, or -1 (no context, another context, a device beyond our table).
-static int primary_device(const cci_drv_table *t, int *device)
+static int primary_device(const cci_real_driver *t, int *device)
 {
     CUcontext cur = NULL;
     CUdevice dev;
@@ -54,8 +52,9 @@ static int primary_device(const cci_drv_table *t, int *device)
 }
 
 // The device of the current context, whichever context it is (for cuMemGetInfo).
-static int current_device(const cci_drv_table *t, int *device)
+static int current_device(int *device)
 {
+    const cci_real_driver *t = cci_real_drv();
     CUdevice dev;
     if (!t->cuCtxGetDevice || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS)
         return -1;
@@ -67,7 +66,7 @@ static int current_device(const cci_drv_table *t, int *device)
 // call must answer). Asked of the driver on every stream-ordered call, because captures begun
 // through the driver or a static cudart never pass our runtime hooks: a cached pointer handed
 // out during a capture would be baked into the graph instead of a MEM_ALLOC node.
-static int stream_capturing(const cci_drv_table *t, CUstream s, int ptsz)
+static int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
 {
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *) =
         ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;
@@ -77,117 +76,107 @@ static int stream_capturing(const cci_drv_table *t, CUstream s, int ptsz)
     return is_capturing(s, &st) != CUDA_SUCCESS || st != 0;
 }
 
-static CUresult invalid_free(const char *fn, CUdeviceptr p)
+// A serve answer in the driver's terms; -1: the driver's to answer.
+static int driver_answer(int served, CUdeviceptr *dptr, uintptr_t addr)
 {
-    cci_log(CCI_LOG_WARNING, "%s(%#llx): not the start of a live block (double free, or a pointer "
-            "inside a block); returning CUDA_ERROR_INVALID_VALUE, the allocator is unchanged", fn,
-            p);
-    return CUDA_ERROR_INVALID_VALUE;
+    if (served == CCI_OK) {
+        *dptr = (CUdeviceptr)addr;
+        return CUDA_SUCCESS;
+    }
+    return served == CCI_EOOM ? CUDA_ERROR_OUT_OF_MEMORY : -1;
+}
+
+// A release answer in the driver's terms; -1: the driver's pointer, forward it.
+static int driver_release_answer(int released)
+{
+    if (released == CCI_ENOTOURS)
+        return -1;
+    return released == CCI_OK ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuMemAlloc_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    int device;
-    // Size 0 and a NULL out-pointer keep the driver's own answers; during a capture begun through
-    // the runtime, a plain allocation behaves as the driver's own (see intercept.c).
-    if (!dptr || size == 0 || !driver_level() || cci_capture_maybe_active() ||
-        primary_device(t, &device) != 0)
-        return t->cuMemAlloc_v2(dptr, size);
+    int rc = -1, device;
     uintptr_t addr;
-    int rc = cci_pl_serve(CCI_LEVEL_DRIVER, device, size, CCI_KEY_LEGACY, &addr);
-    if (rc == CCI_OK) {
-        *dptr = (CUdeviceptr)addr;
-        return CUDA_SUCCESS;
+    // Size 0 and a NULL out-pointer keep the driver's own answers.
+    if (dptr && size != 0 && driver_level() && !cci_serve_plain_alloc_passes() &&
+        primary_device(t, &device) == 0) {
+        int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size, CCI_KEY_LEGACY, &addr);
+        rc = driver_answer(served, dptr, addr);
     }
-    return rc == CCI_EOOM ? CUDA_ERROR_OUT_OF_MEMORY : t->cuMemAlloc_v2(dptr, size);
+    return rc < 0 ? t->cuMemAlloc_v2(dptr, size) : rc;
 }
 
 CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuMemFree_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!dptr || !driver_level())
-        return t->cuMemFree_v2(dptr);
-    int rc = cci_pl_release((uintptr_t)dptr, CCI_KEY_LEGACY, cci_pl_sync_free_mode());
-    if (rc == CCI_ENOTOURS)
-        return t->cuMemFree_v2(dptr);
-    return rc == CCI_OK ? CUDA_SUCCESS : invalid_free("cuMemFree_v2", dptr);
+    int rc = -1;
+    if (dptr && driver_level())
+        rc = driver_release_answer(cci_serve_release(CCI_LEVEL_DRIVER, "cuMemFree_v2",
+                                                     (uintptr_t)dptr, CCI_KEY_LEGACY,
+                                                     cci_serve_sync_free_mode()));
+    return rc < 0 ? t->cuMemFree_v2(dptr) : rc;
 }
 
 CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s, int ptsz)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdeviceptr *, size_t, CUstream) =
         ptsz ? t->cuMemAllocAsync_ptsz : t->cuMemAllocAsync;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    int device;
-    if (!dptr || size == 0 || !driver_level() || stream_capturing(t, s, ptsz) ||
-        primary_device(t, &device) != 0)
-        return real(dptr, size, s);
+    int rc = -1, device;
     uintptr_t addr;
-    int rc = cci_pl_serve(CCI_LEVEL_DRIVER, device, size, cci_stream_key((cudaStream_t)s, ptsz),
-                          &addr);
-    if (rc == CCI_OK) {
-        *dptr = (CUdeviceptr)addr;
-        return CUDA_SUCCESS;
+    if (dptr && size != 0 && driver_level() && !stream_capturing(t, s, ptsz) &&
+        primary_device(t, &device) == 0) {
+        int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size,
+                                     cci_stream_key((cudaStream_t)s, ptsz), &addr);
+        rc = driver_answer(served, dptr, addr);
     }
-    return rc == CCI_EOOM ? CUDA_ERROR_OUT_OF_MEMORY : real(dptr, size, s);
+    return rc < 0 ? real(dptr, size, s) : rc;
 }
 
 CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdeviceptr, CUstream) = ptsz ? t->cuMemFreeAsync_ptsz : t->cuMemFreeAsync;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!dptr || !driver_level())
-        return real(dptr, s);
-    // Freed inside a capture, the block waits for a synchronisation (which the backend refuses
-    // during captures) instead of returning to the stream's pool before the graph exists.
-    cci_free_mode mode = stream_capturing(t, s, ptsz) ? CCI_FREE_DEFERRED : CCI_FREE_NOW;
-    int rc = cci_pl_release((uintptr_t)dptr, cci_stream_key((cudaStream_t)s, ptsz), mode);
-    if (rc == CCI_ENOTOURS)
-        return real(dptr, s);
-    return rc == CCI_OK ? CUDA_SUCCESS
-                        : invalid_free(ptsz ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync", dptr);
+    int rc = -1;
+    if (dptr && driver_level())
+        rc = driver_release_answer(cci_serve_release(
+            CCI_LEVEL_DRIVER, ptsz ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync", (uintptr_t)dptr,
+            cci_stream_key((cudaStream_t)s, ptsz),
+            cci_serve_stream_free_mode(stream_capturing(t, s, ptsz))));
+    return rc < 0 ? real(dptr, s) : rc;
 }
 
 CUresult cci_pl_cu_mem_get_info(size_t *free_b, size_t *total_b)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuMemGetInfo_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = t->cuMemGetInfo_v2(free_b, total_b);
-    int device;
-    // As cudaMemGetInfo (intercept.c): cached blocks are the program's for the asking. A NULL
-    // out-pointer is legal (OptiX passes free = NULL).
-    if (rc != CUDA_SUCCESS || !free_b || !driver_level() ||
-        !cci_state_config()->memgetinfo_cached_as_free || current_device(t, &device) != 0)
-        return rc;
-    cci_allocator *a = cci_state_allocator_peek(device);
-    if (a) {
-        *free_b += cci_cached_free_bytes(a);
-        if (total_b && *free_b > *total_b)
-            *free_b = *total_b;
-    }
+    if (rc == CUDA_SUCCESS && free_b && driver_level())
+        cci_serve_mem_get_info(free_b, total_b, current_device);
     return rc;
 }
 
 CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuMemGetAddressRange_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!dptr || !driver_level())
         return t->cuMemGetAddressRange_v2(base, size, dptr);
     uintptr_t block = 0;
     size_t block_size = 0;
-    int rc = cci_pl_block_info((uintptr_t)dptr, &block, &block_size, NULL, NULL);
+    int rc = cci_serve_block_info((uintptr_t)dptr, &block, &block_size, NULL, NULL);
     if (rc == CCI_ENOTOURS)
         return t->cuMemGetAddressRange_v2(base, size, dptr);
     // The driver would describe the whole segment, which other blocks share: a program that
@@ -203,30 +192,12 @@ CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdevi
 
 CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuIpcGetMemHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!h || !dptr || !driver_level())
-        return t->cuIpcGetMemHandle(h, dptr);
-    uintptr_t block = 0, segment = 0;
-    size_t block_size = 0, segment_size = 0;
-    int rc = cci_pl_block_info((uintptr_t)dptr, &block, &block_size, &segment, &segment_size);
-    if (rc == CCI_ENOTOURS)
-        return t->cuIpcGetMemHandle(h, dptr);
-    if (rc != CCI_OK) {
-        cci_log(CCI_LOG_WARNING, "cuIpcGetMemHandle(%#llx): the pointer is in our memory but in no "
-                "live block (already freed?); returning CUDA_ERROR_INVALID_VALUE", dptr);
+    if (h && dptr && driver_level() &&
+        cci_serve_ipc_check(CCI_LEVEL_DRIVER, "cuIpcGetMemHandle", (uintptr_t)dptr) != CCI_OK)
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    // Same rule as cudaIpcGetMemHandle (intercept.c): the importer maps the segment's start.
-    if (block != segment) {
-        cci_log(CCI_LOG_WARNING, "cuIpcGetMemHandle(%#llx): the block starts %zu bytes into a "
-                "cached %zu-byte segment and an importer would map the segment's start; returning "
-                "CUDA_ERROR_INVALID_VALUE. Set CCI_ALLOC_CONF=max_split_size_mb:N with N at most "
-                "the IPC buffer size (such blocks are never split and start their own segment), "
-                "or run with CCI_DISABLE=1", dptr, (size_t)(block - segment), segment_size);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
     return t->cuIpcGetMemHandle(h, dptr);
 }
 
@@ -240,7 +211,7 @@ static int teardown_applies(void)
 
 CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdevice) = v2 ? t->cuDevicePrimaryCtxReset_v2 : t->cuDevicePrimaryCtxReset;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -252,7 +223,7 @@ CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2)
 
 CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUcontext) = v2 ? t->cuCtxDestroy_v2 : t->cuCtxDestroy;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;

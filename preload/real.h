@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The real CUDA functions behind our hooks: one table for the runtime, one for the driver.
+// The one table of the real CUDA functions behind our hooks: glibc's dlsym, the runtime's
+// functions and the driver's, each list marked with what happens when an entry is missing.
+// Everything is found with dlsym, never by linking (real.c says why), and loaded in real.c only.
 #ifndef CCI_PRELOAD_REAL_H
 #define CCI_PRELOAD_REAL_H
 
@@ -26,36 +28,44 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     return cci_real_dlsym_fn()(handle, name);
 }
 
-// Every runtime function we forward to. X(name, parameter list, argument list).
+// ---- the runtime (libcudart) ----------------------------------------------------------------
+// X(name, need, parameter list, argument list). A missing entry of either kind answers
+// cudaErrorInitializationError (a stub), so callers never check.
+//   REQUIRED: every CUDA runtime has it; a library is taken as the runtime only once all of them
+//             were found (until then the lookup is retried on the next call).
+//   OPTIONAL: newer than some runtime we support (stream-ordered allocation 11.2, per-thread
+//             entry points, capture to a graph 12.3, cudaStreamGetDevice 12.8) or not on every
+//             platform (IPC).
 #define CCI_REAL_RUNTIME(X)                                                                  \
-    X(cudaMalloc, (void **p, size_t size), (p, size))                                        \
-    X(cudaFree, (void *p), (p))                                                              \
-    X(cudaMallocAsync, (void **p, size_t size, cudaStream_t s), (p, size, s))                \
-    X(cudaFreeAsync, (void *p, cudaStream_t s), (p, s))                                      \
-    X(cudaMallocAsync_ptsz, (void **p, size_t size, cudaStream_t s), (p, size, s))           \
-    X(cudaFreeAsync_ptsz, (void *p, cudaStream_t s), (p, s))                                 \
-    X(cudaMemGetInfo, (size_t *free_b, size_t *total_b), (free_b, total_b))                  \
-    X(cudaDeviceReset, (void), ())                                                           \
-    X(cudaIpcGetMemHandle, (cudaIpcMemHandle_t *h, void *p), (h, p))                         \
-    X(cudaGetDevice, (int *dev), (dev))                                                      \
-    X(cudaGetDeviceCount, (int *n), (n))                                                     \
-    X(cudaStreamGetDevice, (cudaStream_t s, int *dev), (s, dev))                             \
-    X(cudaStreamIsCapturing, (cudaStream_t s, cudaStreamCaptureStatus *st), (s, st))         \
-    X(cudaStreamBeginCapture, (cudaStream_t s, cudaStreamCaptureMode m), (s, m))             \
-    X(cudaStreamBeginCapture_ptsz, (cudaStream_t s, cudaStreamCaptureMode m), (s, m))        \
-    X(cudaStreamBeginCaptureToGraph,                                                         \
+    X(cudaMalloc, REQUIRED, (void **p, size_t size), (p, size))                              \
+    X(cudaFree, REQUIRED, (void *p), (p))                                                    \
+    X(cudaMemGetInfo, REQUIRED, (size_t *free_b, size_t *total_b), (free_b, total_b))        \
+    X(cudaDeviceReset, REQUIRED, (void), ())                                                 \
+    X(cudaGetDevice, REQUIRED, (int *dev), (dev))                                            \
+    X(cudaGetDeviceCount, REQUIRED, (int *n), (n))                                           \
+    X(cudaMallocAsync, OPTIONAL, (void **p, size_t size, cudaStream_t s), (p, size, s))      \
+    X(cudaFreeAsync, OPTIONAL, (void *p, cudaStream_t s), (p, s))                            \
+    X(cudaMallocAsync_ptsz, OPTIONAL, (void **p, size_t size, cudaStream_t s), (p, size, s)) \
+    X(cudaFreeAsync_ptsz, OPTIONAL, (void *p, cudaStream_t s), (p, s))                       \
+    X(cudaIpcGetMemHandle, OPTIONAL, (cudaIpcMemHandle_t *h, void *p), (h, p))               \
+    X(cudaStreamGetDevice, OPTIONAL, (cudaStream_t s, int *dev), (s, dev))                   \
+    X(cudaStreamIsCapturing, OPTIONAL, (cudaStream_t s, cudaStreamCaptureStatus *st), (s, st)) \
+    X(cudaStreamBeginCapture, OPTIONAL, (cudaStream_t s, cudaStreamCaptureMode m), (s, m))   \
+    X(cudaStreamBeginCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaStreamCaptureMode m),      \
+      (s, m))                                                                                \
+    X(cudaStreamBeginCaptureToGraph, OPTIONAL,                                               \
       (cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t *deps,                           \
        const cudaGraphEdgeData *edata, size_t ndeps, cudaStreamCaptureMode m),               \
       (s, g, deps, edata, ndeps, m))                                                         \
-    X(cudaStreamBeginCaptureToGraph_ptsz,                                                    \
+    X(cudaStreamBeginCaptureToGraph_ptsz, OPTIONAL,                                          \
       (cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t *deps,                           \
        const cudaGraphEdgeData *edata, size_t ndeps, cudaStreamCaptureMode m),               \
       (s, g, deps, edata, ndeps, m))                                                         \
-    X(cudaStreamEndCapture, (cudaStream_t s, cudaGraph_t *g), (s, g))                        \
-    X(cudaStreamEndCapture_ptsz, (cudaStream_t s, cudaGraph_t *g), (s, g))
+    X(cudaStreamEndCapture, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))              \
+    X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))
 
 typedef struct cci_real_runtime {
-#define CCI_X(name, params, args) cudaError_t(*name) params;
+#define CCI_X(name, need, params, args) cudaError_t(*name) params;
     CCI_REAL_RUNTIME(CCI_X)
 #undef CCI_X
 } cci_real_runtime;
@@ -64,10 +74,9 @@ extern cci_real_runtime cci__rt;
 extern _Atomic int cci__rt_resolved;
 const cci_real_runtime *cci__real_rt_resolve(void);
 
-/// The runtime table. Never NULL, and no entry is NULL: a function the process does not have
-/// answers cudaErrorInitializationError, so callers need no checks. Resolution happens on the
-/// first call and is retried on later calls until cudaMalloc itself has been found (a libcudart
-/// that an extension module loads RTLD_LOCAL may arrive after our first call).
+/// The runtime's functions. Never NULL, and no entry is NULL (see CCI_REAL_RUNTIME). Resolution
+/// happens on the first call and is retried on later calls until the runtime has been found (a
+/// libcudart that an extension module loads RTLD_LOCAL may arrive after our first call).
 static inline const cci_real_runtime *cci_real_rt(void)
 {
     if (__builtin_expect(atomic_load_explicit(&cci__rt_resolved, memory_order_acquire), 1))
@@ -75,32 +84,95 @@ static inline const cci_real_runtime *cci_real_rt(void)
     return cci__real_rt_resolve();
 }
 
-// Driver entry points, by their exported (versioned-ABI) names: we call them directly and never
-// through a resolver, so a later driver-level hook of ours cannot be reached from here.
-#define CCI_REAL_DRIVER(X)                                                                   \
-    X(cuInit, (unsigned flags))                                                              \
-    X(cuDeviceGet, (CUdevice * dev, int ordinal))                                            \
-    X(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev))                                   \
-    X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                             \
-    X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                          \
-    X(cuCtxPushCurrent_v2, (CUcontext ctx))                                                  \
-    X(cuCtxPopCurrent_v2, (CUcontext * ctx))                                                 \
-    X(cuCtxSynchronize, (void))                                                              \
-    X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t size))                                      \
-    X(cuMemFree_v2, (CUdeviceptr dptr))                                                      \
-    X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode))
+// ---- the driver (libcuda) -------------------------------------------------------------------
+// By their exported (ABI-versioned) names, called directly and never through a resolver, so no
+// driver-level wrapper of ours is ever reached from here. X(name, need, parameter list, argument
+// list); a missing entry of either kind is NULL.
+//   REQUIRED: the allocators' device backend (backend_cuda.c) needs it; without it
+//             cci_real_drv_load fails with one error line and the layer passes through.
+//   OPTIONAL: whoever calls it checks for NULL: a wrapper answers CUDA_ERROR_NOT_INITIALIZED, a
+//             helper question falls back to the runtime or to "not ours".
+
+/// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.
+/// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
+/// cuMemAlloc, and both spellings of the teardown calls (their signatures agree).
+#define CCI_REAL_DRIVER_WRAPPED(X)                                                           \
+    X(cuMemAlloc_v2, REQUIRED, (CUdeviceptr * dptr, size_t size), (dptr, size))              \
+    X(cuMemFree_v2, REQUIRED, (CUdeviceptr dptr), (dptr))                                    \
+    X(cuMemAllocAsync, OPTIONAL, (CUdeviceptr * dptr, size_t size, CUstream s),              \
+      (dptr, size, s))                                                                       \
+    X(cuMemAllocAsync_ptsz, OPTIONAL, (CUdeviceptr * dptr, size_t size, CUstream s),         \
+      (dptr, size, s))                                                                       \
+    X(cuMemFreeAsync, OPTIONAL, (CUdeviceptr dptr, CUstream s), (dptr, s))                   \
+    X(cuMemFreeAsync_ptsz, OPTIONAL, (CUdeviceptr dptr, CUstream s), (dptr, s))              \
+    X(cuMemGetInfo_v2, OPTIONAL, (size_t * free_b, size_t * total_b), (free_b, total_b))     \
+    X(cuMemGetAddressRange_v2, OPTIONAL, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr), \
+      (base, size, dptr))                                                                    \
+    X(cuIpcGetMemHandle, OPTIONAL, (CUipcMemHandle * h, CUdeviceptr dptr), (h, dptr))        \
+    X(cuDevicePrimaryCtxReset, OPTIONAL, (CUdevice dev), (dev))                              \
+    X(cuDevicePrimaryCtxReset_v2, OPTIONAL, (CUdevice dev), (dev))                           \
+    X(cuCtxDestroy, OPTIONAL, (CUcontext ctx), (ctx))                                        \
+    X(cuCtxDestroy_v2, OPTIONAL, (CUcontext ctx), (ctx))                                     \
+    X(cuGetProcAddress, OPTIONAL,                                                            \
+      (const char *symbol, void **pfn, int cuda_version, cuuint64_t flags),                  \
+      (symbol, pfn, cuda_version, flags))                                                    \
+    X(cuGetProcAddress_v2, OPTIONAL,                                                         \
+      (const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,                   \
+       CUdriverProcAddressQueryResult *status),                                              \
+      (symbol, pfn, cuda_version, flags, status))
+
+/// Driver functions we only call: the device backend's, and the questions the wrappers ask.
+#define CCI_REAL_DRIVER_CALLED(X)                                                            \
+    X(cuInit, REQUIRED, (unsigned flags), (flags))                                           \
+    X(cuDeviceGet, REQUIRED, (CUdevice * dev, int ordinal), (dev, ordinal))                  \
+    X(cuDeviceTotalMem_v2, REQUIRED, (size_t * bytes, CUdevice dev), (bytes, dev))           \
+    X(cuDevicePrimaryCtxRetain, REQUIRED, (CUcontext * ctx, CUdevice dev), (ctx, dev))       \
+    X(cuDevicePrimaryCtxRelease_v2, REQUIRED, (CUdevice dev), (dev))                         \
+    X(cuCtxPushCurrent_v2, REQUIRED, (CUcontext ctx), (ctx))                                 \
+    X(cuCtxPopCurrent_v2, REQUIRED, (CUcontext * ctx), (ctx))                                \
+    X(cuCtxSynchronize, REQUIRED, (void), ())                                                \
+    X(cuThreadExchangeStreamCaptureMode, OPTIONAL, (CUstreamCaptureMode * mode), (mode))     \
+    X(cuCtxGetCurrent, OPTIONAL, (CUcontext * ctx), (ctx))                                   \
+    X(cuCtxGetDevice, OPTIONAL, (CUdevice * dev), (dev))                                     \
+    X(cuDevicePrimaryCtxGetState, OPTIONAL, (CUdevice dev, unsigned *flags, int *active),    \
+      (dev, flags, active))                                                                  \
+    X(cuStreamIsCapturing, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))      \
+    X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))
 
 typedef struct cci_real_driver {
-#define CCI_X(name, params) CUresult(*name) params;
-    CCI_REAL_DRIVER(CCI_X)
+#define CCI_X(name, need, params, args) CUresult(*name) params;
+    CCI_REAL_DRIVER_WRAPPED(CCI_X)
+    CCI_REAL_DRIVER_CALLED(CCI_X)
 #undef CCI_X
 } cci_real_driver;
 
-/// Loads the driver table from libcuda.so.1 (the copy already loaded, else a fresh dlopen).
-/// Returns 0 when every entry but cuThreadExchangeStreamCaptureMode (optional, may stay NULL)
-/// was found, else -1 after one error line naming what is missing.
+extern cci_real_driver cci__drv;
+extern _Atomic int cci__drv_state;
+enum { CCI_DRV_EMPTY, CCI_DRV_FILLING, CCI_DRV_READY };
+const cci_real_driver *cci__real_drv_find(const void *hint);
+
+/// The driver's functions; entries it lacks are NULL, and every entry is NULL while no driver
+/// library is loaded yet (asked again on the next call). `hint` is any address inside the driver
+/// library (a function the real dlsym or resolver just returned), or NULL for libcuda.so.1 as
+/// loaded. The first driver library found is the one for the rest of the process, for the
+/// wrappers and the device backend alike. Lock-free and never blocking (real.c says why): safe
+/// from any thread, inside a library constructor, before our initialisation.
+static inline const cci_real_driver *cci_real_drv_from(const void *hint)
+{
+    if (__builtin_expect(atomic_load_explicit(&cci__drv_state, memory_order_acquire) ==
+                             CCI_DRV_READY, 1))
+        return &cci__drv;
+    return cci__real_drv_find(hint);
+}
+
+static inline const cci_real_driver *cci_real_drv(void)
+{
+    return cci_real_drv_from(NULL);
+}
+
+/// At our initialisation: finds the driver as cci_real_drv does, else loads libcuda.so.1, and
+/// checks the REQUIRED entries. 0, or -1 after one error line (no driver, or the first required
+/// entry it lacks).
 int cci_real_drv_load(void);
-/// The driver table; valid after cci_real_drv_load returned 0.
-extern cci_real_driver cci_real_drv;
 
 #endif

@@ -8,10 +8,11 @@
 // real resolver answers first, with the caller's flags, version and status pointer untouched, and
 // only a successful answer that is the address of a function we wrap is replaced. An address we
 // do not know (another ABI, a function we do not wrap) passes unchanged.
+#include "resolver.h"
+
 #include <stddef.h>
 #include <string.h>
 
-#include "driver_table.h"
 #include "hooks_driver.h"
 #include "levels.h"
 #include "log.h"
@@ -19,17 +20,17 @@
 typedef struct substitution {
     const char *name;
     void *wrapper;
-    size_t real;  // offset of the real function in cci_drv_table
+    size_t real;  // offset of the real function in cci_real_driver
 } substitution;
 
 static const substitution table[] = {
-#define CCI_X(name, params, args) {#name, (void *)name, offsetof(cci_drv_table, name)},
-    CCI_DRV_WRAPPED(CCI_X)
+#define CCI_X(name, need, params, args) {#name, (void *)name, offsetof(cci_real_driver, name)},
+    CCI_REAL_DRIVER_WRAPPED(CCI_X)
 #undef CCI_X
 };
 #define NSUBST (sizeof table / sizeof table[0])
 
-static void *real_of(const cci_drv_table *t, const substitution *s)
+static void *real_of(const cci_real_driver *t, const substitution *s)
 {
     void *p;
     memcpy(&p, (const char *)t + s->real, sizeof p);
@@ -49,12 +50,39 @@ void *cci_drv_substitute(const char *name, void *real)
     if (!real || !(cci_pl_levels() & CCI_LEVEL_DRIVER) || cci_drv_is_ours(real))
         return real;
     // The first driver library seen is ours to wrap; `real` leads to it when nothing has yet.
-    const cci_drv_table *t = cci_drv_get(real);
+    const cci_real_driver *t = cci_real_drv_from(real);
     for (size_t i = 0; i < NSUBST; i++) {
         if ((!name || strcmp(name, table[i].name) == 0) && real_of(t, &table[i]) == real)
             return table[i].wrapper;
     }
     return real;
+}
+
+// strcmp without libc: this runs on every dlsym of the process (see CCI_NO_SANITIZE).
+CCI_NO_SANITIZE static int same(const char *a, const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+CCI_NO_SANITIZE int cci_drv_is_wrapped_name(const char *name)
+{
+    // Every wrapped name starts "cu" and a capital letter out of these; cudnn*, cublas*, curl_*
+    // and the rest of the process's lookups stop at the third character.
+    if (name[0] != 'c' || name[1] != 'u')
+        return 0;
+    char third = name[2];
+    if (third != 'C' && third != 'D' && third != 'G' && third != 'I' && third != 'M')
+        return 0;
+#define CCI_X(name_, need, params, args) \
+    if (same(name, #name_))              \
+        return 1;
+    CCI_REAL_DRIVER_WRAPPED(CCI_X)
+#undef CCI_X
+    return 0;
 }
 
 // "cuMemAlloc" names cuMemAlloc_v2, "cuMemAllocAsync" names cuMemAllocAsync_ptsz.
@@ -86,12 +114,12 @@ static CUresult answer(CUresult rc, const char *symbol, void **pfn)
 }
 
 // Called from any thread, any number of times, before or after our state exists: everything it
-// needs (cci_drv_get, cci_pl_levels) is lock-free and starts no CUDA, so cudart's own
+// needs (cci_real_drv, cci_pl_levels) is lock-free and starts no CUDA, so cudart's own
 // initialisation may call it concurrently and our initialisation never re-enters it.
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (!t->cuGetProcAddress_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     return answer(t->cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, status), symbol, pfn);
@@ -101,7 +129,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, c
 // up "cuGetProcAddress" itself with such a version.
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags)
 {
-    const cci_drv_table *t = cci_drv_get(NULL);
+    const cci_real_driver *t = cci_real_drv();
     if (t->cuGetProcAddress)
         return answer(t->cuGetProcAddress(symbol, pfn, cuda_version, flags), symbol, pfn);
     if (t->cuGetProcAddress_v2)

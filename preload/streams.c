@@ -15,7 +15,7 @@ _Atomic int cci__captures;
 // no real stream handle (a user-space pointer, < 2^48 on every 64-bit target) can take.
 #define PER_THREAD_KEY_BASE 0xffff000000000000ull
 static _Atomic uint64_t next_thread_key;
-static _Thread_local uint64_t thread_key __attribute__((tls_model("initial-exec")));  // see intercept.c
+static _Thread_local uint64_t thread_key __attribute__((tls_model("initial-exec")));  // see serve.c
 
 static uint64_t per_thread_key(void)
 {

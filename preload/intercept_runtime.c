@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: MIT
+// The runtime level: the runtime hooks' arguments and answers translated to and from the serving
+// layer (serve.h), which makes every decision; everything not ours goes to the real runtime with
+// its real return code.
+//
+// Runtime level off (intercept_level:driver), each hook is the real runtime function: the runtime
+// then reaches the driver, where our wrappers serve the call. On, the hook runs marked as
+// forwarding: when it passes a call to the real runtime (capture, a pointer not ours, a device we
+// do not manage...), the runtime may call the driver through our own wrappers (it found them
+// through our resolver), and those must pass it straight through instead of handling it again.
+#include "intercept_runtime.h"
+
+#include <stdint.h>
+
+#include "backend_cuda.h"
+#include "levels.h"
+#include "real.h"
+#include "serve.h"
+#include "state.h"
+#include "streams.h"
+
+static int runtime_level(void)
+{
+    return cci_state_active() && (cci_pl_levels() & CCI_LEVEL_RUNTIME);
+}
+
+// A failed runtime call leaves its code in the runtime's per-thread error state (cudaGetLastError
+// returns it once). Only the runtime can set that state, so when we refuse a call ourselves we
+// make it refuse one with the same code: an impossible allocation, or a missing out-pointer.
+static cudaError_t runtime_error(cudaError_t code)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    void *never = NULL;
+    if (code == cudaErrorMemoryAllocation) {
+        if (rt->cudaMalloc(&never, SIZE_MAX) == cudaSuccess)
+            rt->cudaFree(never);
+    } else {
+        rt->cudaMalloc(NULL, 1);
+    }
+    return code;
+}
+
+// The runtime's current device is the device of the thread's current context (CUDA 12 and later
+// make a device's primary context current in cudaSetDevice). Reading that context from the driver
+// and matching it against the primary contexts our allocators use costs a fraction of
+// cudaGetDevice (61 ns a call on the H100 host): this runs on every cudaMalloc. Anything else (no
+// context yet in this thread, a context of the program's own) asks the runtime.
+static int current_device(int *device)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    CUcontext cur = NULL;
+    if (drv->cuCtxGetCurrent && drv->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur) {
+        for (int d = 0, n = cci_state_device_bound(); d < n; d++) {
+            if (cci_cuda_backend_primary(d, 0) == cur) {
+                *device = d;
+                return 0;
+            }
+        }
+    }
+    return cci_real_rt()->cudaGetDevice(device) == cudaSuccess ? 0 : -1;
+}
+
+static int runtime_device(int *device)
+{
+    return cci_real_rt()->cudaGetDevice(device) == cudaSuccess ? 0 : -1;
+}
+
+// The device whose pool cudaMallocAsync draws from: the stream's. 0 or -1.
+static int stream_device(cudaStream_t s, int *device)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    if (s == NULL || s == cci_cudaStreamLegacy || s == cci_cudaStreamPerThread)
+        return runtime_device(device);
+    cudaError_t rc = rt->cudaStreamGetDevice(s, device);
+    // cudaStreamGetDevice is CUDA 12.8+: an older runtime's (stub) answer means "not available".
+    if (rc == cudaErrorInitializationError)
+        rc = rt->cudaGetDevice(device);
+    return rc == cudaSuccess ? 0 : -1;
+}
+
+// A serve answer in the runtime's terms: success, or the out-of-memory error left in the
+// runtime's own error state. -1: CUDA's to answer.
+static int runtime_answer(int served, void **p, uintptr_t addr)
+{
+    if (served == CCI_OK) {
+        *p = (void *)addr;
+        return cudaSuccess;
+    }
+    return served == CCI_EOOM ? (int)runtime_error(cudaErrorMemoryAllocation) : -1;
+}
+
+// A release answer in the runtime's terms; -1: CUDA's pointer, forward it.
+static int runtime_release_answer(int released)
+{
+    if (released == CCI_ENOTOURS)
+        return -1;
+    return released == CCI_OK ? cudaSuccess : (int)runtime_error(cudaErrorInvalidValue);
+}
+
+// ---- the entry points ---------------------------------------------------------------------
+
+cudaError_t cci_pl_malloc(void **p, size_t size)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaMalloc(p, size);
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    int rc = -1, device;
+    uintptr_t addr;
+    // Size 0 and NULL out-pointers keep CUDA's exact answers.
+    if (p && size != 0 && !cci_serve_plain_alloc_passes() && current_device(&device) == 0) {
+        int served = cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, CCI_KEY_LEGACY, &addr);
+        rc = runtime_answer(served, p, addr);
+    }
+    if (rc < 0)
+        rc = rt->cudaMalloc(p, size);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_free(void *p)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaFree(p);
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    int rc = -1;
+    if (p)
+        rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
+                                                      CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
+    if (rc < 0)
+        rc = rt->cudaFree(p);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
+{
+    int active = runtime_level();
+    const cci_real_runtime *rt = cci_real_rt();
+    cudaError_t (*real)(void **, size_t, cudaStream_t) =
+        ptsz ? rt->cudaMallocAsync_ptsz : rt->cudaMallocAsync;
+    if (!active)
+        return real(p, size, s);
+    int outer = cci_pl_forwarding_begin();
+    int rc = -1, device;
+    uintptr_t addr;
+    // On a capturing stream the real call records a MEM_ALLOC node (a cached pointer would be
+    // baked into the graph instead); an invalid stream gets the runtime's own error.
+    if (p && size != 0 && !(cci_capture_maybe_active() && cci_stream_capturing(s, ptsz)) &&
+        stream_device(s, &device) == 0) {
+        int served =
+            cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, cci_stream_key(s, ptsz), &addr);
+        rc = runtime_answer(served, p, addr);
+    }
+    if (rc < 0)
+        rc = real(p, size, s);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
+{
+    int active = runtime_level();
+    const cci_real_runtime *rt = cci_real_rt();
+    cudaError_t (*real)(void *, cudaStream_t) = ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
+    if (!active)
+        return real(p, s);
+    int outer = cci_pl_forwarding_begin();
+    int rc = -1;
+    if (p) {
+        int capturing = cci_capture_maybe_active() && cci_stream_capturing(s, ptsz);
+        rc = runtime_release_answer(cci_serve_release(
+            CCI_LEVEL_RUNTIME, ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", (uintptr_t)p,
+            cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));
+    }
+    if (rc < 0)
+        rc = real(p, s);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaMemGetInfo(free_b, total_b);
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc = rt->cudaMemGetInfo(free_b, total_b);
+    if (rc == cudaSuccess)
+        cci_serve_mem_get_info(free_b, total_b, runtime_device);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_device_reset(void)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaDeviceReset();
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    int device;
+    // The reset frees every allocation of the device anyway: give our segments back while the
+    // context still exists, so no allocator keeps addresses that are about to vanish.
+    if (runtime_device(&device) == 0)
+        cci_state_drop_device(device);
+    cudaError_t rc = rt->cudaDeviceReset();
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (!runtime_level())
+        return cci_real_rt()->cudaIpcGetMemHandle(h, p);
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    cudaError_t rc;
+    if (h && p &&
+        cci_serve_ipc_check(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p) != CCI_OK)
+        rc = runtime_error(cudaErrorInvalidValue);
+    else
+        rc = rt->cudaIpcGetMemHandle(h, p);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}

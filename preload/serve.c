@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// The serving layer (serve.h): the allocators behind both API levels, and each decision about
+// them written once.
+#include "serve.h"
+
+#include <inttypes.h>
+
+#include "levels.h"
+#include "log.h"
+#include "reporting.h"
+#include "state.h"
+
+// The device this thread allocated on last: the first allocator a free asks, so a single-device
+// program (and most threads of a multi-device one) finds its block in one lookup. Initial-exec:
+// the preload is loaded at start-up, so its thread-locals live in the static TLS block and an
+// access costs no __tls_get_addr call on the fast path.
+static _Thread_local int last_device __attribute__((tls_model("initial-exec")));
+
+// The invalid-value error as each level names it, for the messages.
+static const char *invalid_value_name(int level)
+{
+    return level == CCI_LEVEL_RUNTIME ? "cudaErrorInvalidValue" : "CUDA_ERROR_INVALID_VALUE";
+}
+
+int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
+{
+    cci_allocator *a = cci_state_allocator(device);
+    if (!a)
+        return CCI_ENOTOURS;
+    int rc = cci_malloc(a, size, stream, addr);
+    if (__builtin_expect(rc == CCI_OK, 1)) {
+        last_device = device;
+        cci_pl_count(level);
+        return CCI_OK;
+    }
+    if (rc != CCI_EOOM)
+        return CCI_ENOTOURS;
+    // The report asks the runtime for the device's free memory: that answer must be CUDA's, not
+    // the driver wrapper's (which would add our cache).
+    int outer = cci_pl_forwarding_begin();
+    cci_pl_report_oom(device, size);
+    cci_pl_forwarding_end(outer);
+    return CCI_EOOM;
+}
+
+cci_free_mode cci_serve_sync_free_mode(void)
+{
+    // A real cudaFree waits for the device, so work still queued anywhere may use the block: it
+    // waits for the core's next batched synchronisation unless the program opted out.
+    return cci_state_config()->immediate_reuse && !cci_capture_maybe_active() ? CCI_FREE_NOW
+                                                                               : CCI_FREE_DEFERRED;
+}
+
+int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
+                      cci_free_mode mode)
+{
+    int hint = last_device;
+    cci_allocator *a = cci_state_allocator_peek(hint);
+    int rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
+    for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
+        if (d != hint && (a = cci_state_allocator_peek(d)))
+            rc = cci_free(a, p, stream, mode);
+    }
+    if (__builtin_expect(rc == CCI_EINVAL, 0))
+        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): not the start of a live block (double free, "
+                "or a pointer inside a block); returning %s, the allocator is unchanged", fn, p,
+                invalid_value_name(level));
+    return rc;
+}
+
+int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                         size_t *segment_size)
+{
+    int rc = CCI_ENOTOURS;
+    for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (a)
+            rc = cci_block_info(a, p, block, block_size, segment, segment_size);
+    }
+    return rc;
+}
+
+int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
+{
+    uintptr_t block = 0, segment = 0;
+    size_t block_size = 0, segment_size = 0;
+    int rc = cci_serve_block_info(p, &block, &block_size, &segment, &segment_size);
+    if (rc == CCI_ENOTOURS)
+        return CCI_OK;
+    if (rc != CCI_OK) {
+        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the pointer is in our memory but in no live "
+                "block (already freed?); returning %s", fn, p, invalid_value_name(level));
+        return CCI_EINVAL;
+    }
+    if (block != segment) {
+        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the block starts %zu bytes into a cached "
+                "%zu-byte segment and an importer would map the segment's start; returning %s. "
+                "Set CCI_ALLOC_CONF=max_split_size_mb:N with N at most the IPC buffer size (such "
+                "blocks are never split and start their own segment), or run with CCI_DISABLE=1",
+                fn, p, (size_t)(block - segment), segment_size, invalid_value_name(level));
+        return CCI_EINVAL;
+    }
+    return CCI_OK;
+}
+
+void cci_serve_mem_get_info(size_t *free_b, const size_t *total_b,
+                            int (*current_device)(int *device))
+{
+    int device;
+    if (!free_b || !cci_state_config()->memgetinfo_cached_as_free || current_device(&device) != 0)
+        return;
+    cci_allocator *a = cci_state_allocator_peek(device);
+    if (a) {
+        *free_b += cci_cached_free_bytes(a);
+        if (total_b && *free_b > *total_b)
+            *free_b = *total_b;
+    }
+}

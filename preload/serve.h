@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// The serving layer: every decision about a device allocation, made once for both API levels,
+// in the core's codes (CCI_OK, CCI_EOOM, CCI_EINVAL, CCI_ENOTOURS). The runtime level
+// (intercept_runtime.c) and the driver level (intercept_driver.c) only translate arguments and
+// answers (cudaError_t, CUresult) and forward what is not ours to CUDA.
+//
+// One allocator per device behind both levels: what one level allocated, the other can free.
+// `level` is CCI_LEVEL_RUNTIME or CCI_LEVEL_DRIVER: it picks the counter and the error name in
+// messages, never the decision.
+#ifndef CCI_PRELOAD_SERVE_H
+#define CCI_PRELOAD_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allocator.h"
+#include "streams.h"
+
+// ---- allocation ----------------------------------------------------------------------------
+
+/// 1 when a plain (not stream-ordered) allocation must go to CUDA: during a capture it must
+/// behave as CUDA's own (fail and invalidate a global-mode capture, or give real memory that
+/// stays outside our pools in relaxed mode). A stream-ordered one passes only when its own
+/// stream captures, which each level asks in its own API.
+static inline int cci_serve_plain_alloc_passes(void)
+{
+    return cci_capture_maybe_active();
+}
+
+/// Serves `size` bytes on `device` for the core's stream key `stream`. CCI_OK and *addr;
+/// CCI_EOOM (the out-of-memory report written, the cache already flushed): the level answers
+/// its out-of-memory error; CCI_ENOTOURS: the level passes the call to CUDA (no allocator for
+/// this device, or a device failure other than out-of-memory, which CUDA reports in its code).
+int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr);
+
+// ---- release -------------------------------------------------------------------------------
+
+/// The mode of a free that waits for the device in CUDA (cudaFree, cuMemFree): deferred to the
+/// core's next batched synchronisation, unless the program opted into immediate reuse (and no
+/// capture may be underway).
+cci_free_mode cci_serve_sync_free_mode(void);
+
+/// The mode of a stream-ordered free (cudaFreeAsync, cuMemFreeAsync). Freed inside a capture,
+/// the block must not return to the stream's pool before the graph exists: it waits for a
+/// synchronisation, which the backend refuses during captures.
+static inline cci_free_mode cci_serve_stream_free_mode(int stream_capturing)
+{
+    return stream_capturing ? CCI_FREE_DEFERRED : CCI_FREE_NOW;
+}
+
+/// Frees `p` in whichever allocator owns it (the one this thread allocated from last is asked
+/// first). CCI_OK; CCI_ENOTOURS: CUDA's memory, the level forwards the call; CCI_EINVAL: inside
+/// our memory but not a live block's start (double free, interior pointer), after one warning
+/// naming `fn`: the level answers its invalid-value error and the allocator is unchanged.
+int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
+                      cci_free_mode mode);
+
+// ---- questions about memory ----------------------------------------------------------------
+
+/// Looks `p` up in every allocator (as cci_block_info: CCI_OK, CCI_EINVAL for our free space,
+/// CCI_ENOTOURS). Outputs may be NULL.
+int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                         size_t *segment_size);
+
+/// Whether CUDA may export an IPC handle for `p`. The handle names the driver allocation and the
+/// importer maps its start, so a block that does not start its segment would hand out someone
+/// else's bytes. CCI_OK: forward the call (not ours, or a block that starts its segment);
+/// CCI_EINVAL after one warning naming `fn`: the level answers its invalid-value error.
+int cci_serve_ipc_check(int level, const char *fn, uintptr_t p);
+
+/// After CUDA answered a free-memory question successfully: adds our cached free bytes on the
+/// device to *free_b (never beyond *total_b), because programs that size themselves from free
+/// memory should see what they can actually get. Only when memgetinfo_cached_as_free is on;
+/// `current_device` (the level's own question, 0 on success) is asked only then. `free_b` may
+/// be NULL (OptiX passes free = NULL), `total_b` too.
+void cci_serve_mem_get_info(size_t *free_b, const size_t *total_b,
+                            int (*current_device)(int *device));
+
+#endif
