@@ -1,21 +1,17 @@
 // SPDX-License-Identifier: MIT
-// One summary line per device when the process ends.
+// One summary line per device when the process ends (called by the exit sequence, lifecycle.c).
 //
 // CUDA is already torn down when library destructors run (driver calls return "deinitialized"),
 // so this reads host-side statistics only and never frees a segment: the driver reclaims device
 // memory with the process. `_exit` skips it, which is fine for a summary.
-#include <stdatomic.h>
-
 #include "allocator.h"
 #include "log.h"
 #include "report.h"
+#include "reporting.h"
 #include "state.h"
 
-__attribute__((destructor)) static void exit_summary(void)
+void cci_pl_exit_summary(void)
 {
-    static _Atomic int done;
-    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || !cci_state_used() || atomic_exchange(&done, 1))
-        return;
     for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
         cci_allocator *a = cci_state_allocator_peek(d);
         if (!a)

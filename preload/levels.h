@@ -13,14 +13,14 @@
 #include "config.h"
 
 /// CCI_LEVEL_* bits of the levels that serve allocations; 0 when libccinterpose is off
-/// (CCI_DISABLE, a configuration that does not parse, backend:cudaMallocAsync). Read from the
-/// environment once, without any CUDA call or message, so that the dlsym hook and the resolver
-/// can ask it from any context; the same variables as the state's configuration.
+/// (CCI_DISABLE, a configuration that does not parse, backend:cudaMallocAsync). Taken from the
+/// settings (settings.h), without any CUDA call or message, so that the dlsym hook and the
+/// resolver can ask it from any context.
 int cci_pl_levels(void);
 
 /// Set while a runtime hook runs: the real runtime it passes a call to may reach the driver
 /// through our own wrappers, and the call is already handled (or deliberately passed through).
-/// Initial-exec, like the other thread-locals of the preload (see intercept.c).
+/// Initial-exec, like the other thread-locals of the preload (see serve.c).
 extern _Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
 
 static inline int cci_pl_forwarding(void)
@@ -47,5 +47,11 @@ void cci_pl_count(int level);
 /// Allocations served at each level since start (or fork). Either pointer may be NULL. For the
 /// report: how a program reached us (a static-cudart program shows 0 at runtime level).
 void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver);
+
+/// Fork child (lifecycle.c): the counts start over with the child's empty pools.
+void cci_pl_levels_atfork_child(void);
+
+/// At exit, with CCI_LOG=info: which level caught the program (host-side counters only).
+void cci_pl_levels_summary(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,7 +19,7 @@
 #include "state.h"
 
 static _Atomic(cci_report_timeline *) timelines[CCI_PL_MAX_DEVICES];
-static char report_pattern[1024];  // copied at start: the program may change its environment
+static char report_pattern[1024];
 static char report_format[16];
 static int report_off;
 static int dump_pipe[2] = {-1, -1};
@@ -32,8 +33,9 @@ void cci_pl_report_attach(int device, cci_allocator *a)
     cci_allocator_track_peak(a, 1);
     cci_report_timeline *tl = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
     if (tl && cci_report_timeline_attach(tl, a) == 0) {
-        cci_report_timeline *old = atomic_exchange(&timelines[device], tl);
-        (void)old;  // an allocator replaced after cudaDeviceReset: its timeline may still be read
+        // One timeline per allocator for the life of the process, like the allocator itself
+        // (state.h): a reset empties the allocator in place and the timeline follows its frees.
+        atomic_store(&timelines[device], tl);
     } else if (tl) {
         cci_report_timeline_destroy(tl);
     }
@@ -78,14 +80,11 @@ void cci_pl_report_oom(int device, size_t requested)
 
 // ---- the exit report ------------------------------------------------------------------------
 
-// CUDA is already torn down when library destructors run: the report reads host-side data only.
-__attribute__((destructor)) static void exit_report(void)
+// CUDA is already torn down when the exit sequence runs: the report reads host-side data only.
+void cci_pl_report_exit(void)
 {
-    static _Atomic int done;
-    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || !cci_state_used() || report_off ||
-        atomic_exchange(&done, 1))
-        return;
-    dump(report_pattern, 0);
+    if (!report_off)
+        dump(report_pattern, 0);
 }
 
 // ---- live dump on a signal --------------------------------------------------------------------
@@ -125,33 +124,12 @@ static void *dumper(void *arg)
     }
 }
 
-static int parse_signal(const char *v)
+static void start_dumper(const cci_settings *st)
 {
-    if (!v || !*v)
-        return SIGUSR1;
-    if (!strcasecmp(v, "none") || !strcmp(v, "0") || !strcasecmp(v, "off"))
-        return 0;
-    if (!strncasecmp(v, "SIG", 3))
-        v += 3;
-    if (!strcasecmp(v, "USR1"))
-        return SIGUSR1;
-    if (!strcasecmp(v, "USR2"))
-        return SIGUSR2;
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (*end == 0 && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP)
-        return (int)n;
-    return -1;
-}
-
-static void start_dumper(void)
-{
-    int sig = parse_signal(getenv("CCI_DUMP_SIGNAL"));
-    if (sig < 0) {
-        cci_log(CCI_LOG_WARNING, "CCI_DUMP_SIGNAL=%s: expected USR1, USR2, a signal number or none; "
-                "using SIGUSR1", getenv("CCI_DUMP_SIGNAL"));
-        sig = SIGUSR1;
-    }
+    int sig = st->dump_signal;
+    if (st->bad_dump_signal[0])
+        cci_log(CCI_LOG_WARNING, "CCI_DUMP_SIGNAL=%s: only USR1, USR2 or a real-time signal (RTMIN..RTMAX, "
+                "%d-%d) may carry the dump; live dumps disabled", st->bad_dump_signal, SIGRTMIN, SIGRTMAX);
     if (!sig)
         return;
     if (pipe2(dump_pipe, O_CLOEXEC) != 0) {
@@ -183,24 +161,22 @@ static void start_dumper(void)
         dump_signal = sig;
 }
 
-void cci_pl_report_start(void)
+void cci_pl_report_start(const cci_settings *st)
 {
-    const char *p = getenv("CCI_REPORT");
-    const char *f = getenv("CCI_REPORT_FORMAT");
-    if (p && (!strcasecmp(p, "off") || !strcasecmp(p, "none")))
-        report_off = 1;
-    else if (p && strlen(p) < sizeof report_pattern)
-        strcpy(report_pattern, p);
-    else if (p)
+    report_off = st->report_off;
+    snprintf(report_pattern, sizeof report_pattern, "%s", st->report_pattern);
+    if (st->report_too_long)
         cci_log(CCI_LOG_WARNING, "CCI_REPORT is longer than %zu bytes; reporting to stderr",
                 sizeof report_pattern - 1);
     cci_report_format fmt;
-    if (f && *f && cci_report_format_parse(f, &fmt) != 0)
+    const char *f = st->bad_report_format[0] ? st->bad_report_format : st->report_format;
+    if (*f && (st->bad_report_format[0] || cci_report_format_parse(f, &fmt) != 0))
         cci_log(CCI_LOG_WARNING, "CCI_REPORT_FORMAT=%s: expected text, json or html; choosing by the "
                 "file name", f);
-    else if (f && strlen(f) < sizeof report_format)
-        strcpy(report_format, f);
-    start_dumper();
+    else
+        snprintf(report_format, sizeof report_format, "%s", f);
+    cci_report_set_rank(st->rank);
+    start_dumper(st);
 }
 
 void cci_pl_report_atfork_child(void)
@@ -212,6 +188,8 @@ void cci_pl_report_atfork_child(void)
         close(dump_pipe[1]);
         dump_pipe[0] = dump_pipe[1] = -1;
     }
+    // They observe allocators the child has dropped (state's child handler runs first), and no
+    // other thread exists here to read them: the one place where a timeline is freed.
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
-        atomic_store(&timelines[d], NULL);  // they observe allocators the child has dropped
+        cci_report_timeline_destroy(atomic_exchange(&timelines[d], NULL));
 }

@@ -7,10 +7,12 @@
 #include <stddef.h>
 
 #include "allocator.h"
+#include "settings.h"
 
-/// Reads CCI_REPORT, CCI_REPORT_FORMAT and CCI_DUMP_SIGNAL, and installs the dump signal. Called
-/// once, at the first CUDA call, when the layer is active.
-void cci_pl_report_start(void);
+/// Takes CCI_REPORT, CCI_REPORT_FORMAT, CCI_DUMP_SIGNAL and the rank from the settings (logging
+/// a refused value once), and installs the dump signal. Called once, at the first CUDA call,
+/// when the layer is active (lifecycle.c).
+void cci_pl_report_start(const cci_settings *settings);
 /// Attaches the timeline (and peak tracking) to a new allocator before its first allocation.
 void cci_pl_report_attach(int device, cci_allocator *a);
 /// Writes the out-of-memory block on stderr. No allocator lock may be held.
@@ -18,7 +20,11 @@ void cci_pl_report_oom(int device, size_t requested);
 /// Writes the full report now: `path` NULL = the configured destination (CCI_REPORT, else
 /// stderr). 0, or -1 on error.
 int cci_pl_report_dump(const char *path);
-/// Forgets the timelines of a fork child's inherited allocators.
+/// Frees the timelines of a fork child's inherited allocators (after state's child handler).
 void cci_pl_report_atfork_child(void);
+/// The exit report to the configured destination, unless CCI_REPORT=off (exit sequence).
+void cci_pl_report_exit(void);
+/// One summary line per device at CCI_LOG=info (exit_summary.c; exit sequence).
+void cci_pl_exit_summary(void);
 
 #endif

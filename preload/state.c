@@ -1,96 +1,42 @@
 // SPDX-License-Identifier: MIT
-// Lazy start-up, configuration and the per-device allocators.
-//
-// Nothing but reading CCI_LOG happens at load time: the preload is inherited by every child
-// process (shells, compilers, nvidia-smi), and a library constructor that touched CUDA or printed
-// a configuration error would do so in all of them. The first CUDA call through us runs
-// state_init once; the rest of the environment is read then, so a program that sets
-// PYTORCH_CUDA_ALLOC_CONF before its first CUDA call is honoured as PyTorch would honour it.
+// The mode decision, the configuration in effect and the per-device allocators. When each of
+// these runs (start-up, fork, exit) is decided in lifecycle.c; what the environment says comes
+// from settings.c.
 #include "state.h"
-
-#include "reporting.h"
-#include "trace_record.h"
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "log.h"
 #include "real.h"
-#include "streams.h"
+#include "reporting.h"
+#include "trace_record.h"
+
+#include "allocator_reset.h"
 
 _Atomic int cci__mode;
 cci_config cci__cfg;
 _Atomic(cci_allocator *) cci__alloc[CCI_PL_MAX_DEVICES];
 
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int device_bound;
 static _Atomic int used;  // an allocator was created since start (or fork)
 static char config_string[1024];
 
-// CCI_LOG is the one variable read at load time: messages from the very first resolution steps
-// (which may run before state_init) must already follow it. A bad value is only reported at the
-// first CUDA call, so processes that never use CUDA stay silent.
-static char bad_log_value[64];  // a copy: the program may change its environment meanwhile
-
-__attribute__((constructor)) static void read_log_level(void)
+int cci__state_decide_mode(const cci_settings *s)
 {
-    static const char *const names[] = {"error", "warning", "info", "debug"};
-    const char *v = getenv("CCI_LOG");
-    if (!v || !*v)
-        return;
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(v, names[i]) == 0) {
-            cci_log_set_level((cci_log_level)i);
-            return;
-        }
-    }
-    snprintf(bad_log_value, sizeof bad_log_value, "%s", v);
-}
-
-static void config_notice(const char *line, void *ud)
-{
-    cci_log(CCI_LOG_WARNING, "%s", line);
-}
-
-int cci_state_disabled_by_env(void)
-{
-    const char *off = getenv("CCI_DISABLE");
-    return off && *off && strcmp(off, "0") != 0;
-}
-
-const char *cci_state_conf_env(const char **var)
-{
-    static const char *const names[] = {"CCI_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = getenv(names[i]);
-        if (v) {
-            *var = names[i];
-            return v;
-        }
-    }
-    *var = names[0];
-    return NULL;
-}
-
-static int decide_mode(void)
-{
-    if (cci_state_disabled_by_env())
+    if (s->disabled)
         return CCI_MODE_PASSTHROUGH;
-
-    cci_config_default(&cci__cfg);
-    const char *var;
-    const char *conf = cci_state_conf_env(&var);
-    char err[512];
-    if (conf && cci_config_parse(&cci__cfg, conf, var, err, sizeof err, config_notice, NULL) != 0) {
-        cci_log(CCI_LOG_ERROR, "%s; libccinterpose disabled (pass-through)", err);
+    for (int i = 0; i < s->nnotices; i++)
+        cci_log(CCI_LOG_WARNING, "%s", s->notices[i]);
+    if (!s->config_ok) {
+        cci_log(CCI_LOG_ERROR, "%s; libccinterpose disabled (pass-through)", s->config_error);
         return CCI_MODE_PASSTHROUGH;
     }
+    cci__cfg = s->config;
     if (cci__cfg.backend_async) {
         cci_log(CCI_LOG_INFO, "%s selects backend:cudaMallocAsync: CUDA's own pool serves "
-                "allocations, libccinterpose passes through", var);
+                "allocations, libccinterpose passes through", s->conf_var);
         return CCI_MODE_PASSTHROUGH;
     }
     if (cci_real_drv_load() != 0 || cci_cuda_backend_init() != 0)
@@ -100,11 +46,16 @@ static int decide_mode(void)
     return CCI_MODE_ACTIVE;
 }
 
-// A fork child inherits the parent's allocators, whose segments belong to the parent's CUDA
-// context: forget them without any CUDA call (the memory is not the child's to free) and start
-// over with empty pools and statistics. The create lock may have been held by a parent thread
-// that does not exist here.
-static void atfork_prepare(void)
+void cci__state_publish_mode(int mode)
+{
+    atomic_store_explicit(&cci__mode, mode, memory_order_release);
+}
+
+// ---- fork --------------------------------------------------------------------------------
+
+// Nothing of ours may be half-changed when the address space is copied: the create lock and
+// every allocator lock are held across fork() in the parent.
+void cci__state_atfork_prepare(void)
 {
     pthread_mutex_lock(&create_lock);
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
@@ -114,7 +65,7 @@ static void atfork_prepare(void)
     }
 }
 
-static void atfork_parent(void)
+void cci__state_atfork_parent(void)
 {
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
         cci_allocator *a = atomic_load(&cci__alloc[d]);
@@ -124,7 +75,11 @@ static void atfork_parent(void)
     pthread_mutex_unlock(&create_lock);
 }
 
-static void atfork_child(void)
+// A fork child inherits the parent's allocators, whose segments belong to the parent's CUDA
+// context: forget them without any CUDA call (the memory is not the child's to free) and start
+// over with empty pools and statistics. The child has one thread, so freeing them here is the
+// one place where per-device state may end (see the lifetime rule in state.h).
+void cci__state_atfork_child(void)
 {
     pthread_mutex_init(&create_lock, NULL);
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
@@ -134,33 +89,9 @@ static void atfork_child(void)
     }
     atomic_store(&device_bound, 0);
     atomic_store(&used, 0);
-    cci_cuda_backend_atfork_child();
-    cci_streams_atfork_child();
-    cci_pl_report_atfork_child();
-    cci_trace_fork_child();
 }
 
-static void state_init(void)
-{
-    if (bad_log_value[0])
-        cci_log(CCI_LOG_WARNING, "CCI_LOG=%s is not one of error, warning, info, debug; ignored",
-                bad_log_value);
-    (void)cci_real_rt();
-    int mode = decide_mode();
-    if (mode == CCI_MODE_ACTIVE) {
-        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-        cci_pl_report_start();
-        const char *trace = getenv("CCI_TRACE");
-        if (trace && *trace)
-            cci_trace_start(trace, config_string);  // a bad path is logged; the program goes on
-    }
-    atomic_store_explicit(&cci__mode, mode, memory_order_release);
-}
-
-void cci__state_init(void)
-{
-    pthread_once(&init_once, state_init);
-}
+// ---- allocators ---------------------------------------------------------------------------
 
 // Records this allocator's events when CCI_TRACE asked for it (a no-op otherwise).
 static void attach_trace(cci_allocator *a)
@@ -209,12 +140,16 @@ void cci_state_drop_device(int device)
 {
     if ((unsigned)device >= CCI_PL_MAX_DEVICES)
         return;
-    pthread_mutex_lock(&create_lock);
-    cci_allocator *a = atomic_exchange(&cci__alloc[device], NULL);
-    pthread_mutex_unlock(&create_lock);
+    // Reset in place, never freed: the dumper thread or another thread may hold this pointer.
+    cci_allocator *a = cci_state_allocator_peek(device);
     if (a)
-        cci_allocator_destroy(a, 1);
+        cci_allocator_reset(a, 1);
     cci_cuda_backend_drop_device(device);
+}
+
+const char *cci_state_config_string_raw(void)
+{
+    return config_string;
 }
 
 const char *cci_state_config_string(void)

@@ -1,6 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Process-wide state of the preload: whether we manage memory, the configuration, and one
 // allocator per device.
+//
+// Lifetime of per-device state (the allocator in cci__alloc[d], and the report timeline that
+// observes it): created once, on the device's first allocation, and then NEVER freed while the
+// process runs. Other threads read these pointers without a lock (the live-report dumper, the
+// hooks of every thread, the OOM report) and may hold them for as long as they like.
+//   - cudaDeviceReset / cuDevicePrimaryCtxReset / cuCtxDestroy of the primary context reset the
+//     allocator IN PLACE (cci_allocator_reset, under the allocator's own lock): its segments go
+//     back, its pools and statistics start over, the pointer stays valid. A reader that raced
+//     the reset sees either the state before or the empty state after, never freed memory.
+//   - The only place where they are freed is the fork child handler (lifecycle.c), where the
+//     forking thread is the only thread.
+//   - Exit frees nothing (other threads may still run while destructors do).
 #ifndef CCI_PRELOAD_STATE_H
 #define CCI_PRELOAD_STATE_H
 
@@ -9,6 +21,7 @@
 #include "allocator.h"
 #include "backend_cuda.h"
 #include "config.h"
+#include "settings.h"
 
 enum { CCI_MODE_UNINIT = 0, CCI_MODE_PASSTHROUGH = 1, CCI_MODE_ACTIVE = 2 };
 
@@ -16,15 +29,25 @@ extern _Atomic int cci__mode;
 extern cci_config cci__cfg;
 extern _Atomic(cci_allocator *) cci__alloc[CCI_PL_MAX_DEVICES];
 
-void cci__state_init(void);
 cci_allocator *cci__state_allocator_create(int device);
+
+// For lifecycle.c: the start-up decision (logs what the settings refused), publishing it, and
+// the fork handlers of the allocators.
+int cci__state_decide_mode(const cci_settings *s);
+void cci__state_publish_mode(int mode);
+void cci__state_atfork_prepare(void);
+void cci__state_atfork_parent(void);
+void cci__state_atfork_child(void);
+
+/// Runs the one-time start-up (lifecycle.c).
+void cci_lifecycle_init(void);
 
 /// 1 when we manage memory; runs the one-time initialisation on the first call.
 static inline int cci_state_active(void)
 {
     int m = atomic_load_explicit(&cci__mode, memory_order_acquire);
     if (__builtin_expect(m == CCI_MODE_UNINIT, 0)) {
-        cci__state_init();
+        cci_lifecycle_init();
         m = atomic_load_explicit(&cci__mode, memory_order_acquire);
     }
     return m == CCI_MODE_ACTIVE;
@@ -57,17 +80,14 @@ int cci_state_used(void);
 /// One past the highest device ordinal that ever had an allocator (since start or fork).
 int cci_state_device_bound(void);
 
-/// Gives every segment of `device` back and forgets its allocator (cudaDeviceReset). Not safe
-/// against other threads still allocating on that device, exactly as the reset itself is not.
+/// Gives every segment of `device` back and empties its allocator in place (cudaDeviceReset).
+/// The allocator object stays (see the lifetime rule above): other threads still allocating on
+/// the device, or dumping a report, meet an empty allocator, never freed memory. Pointers they
+/// got before the reset are no longer ours.
 void cci_state_drop_device(int device);
 
-/// 1 when CCI_DISABLE asks for pure pass-through.
-int cci_state_disabled_by_env(void);
-/// The configuration string and the variable it came from: CCI_ALLOC_CONF, else
-/// PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF (the name newer PyTorch releases read).
-/// NULL when none is set.
-const char *cci_state_conf_env(const char **var);
-
+/// The effective configuration string as decided so far, without starting anything (start-up).
+const char *cci_state_config_string_raw(void);
 /// The effective configuration in CCI_ALLOC_CONF grammar; "" when inactive.
 const char *cci_state_config_string(void);
 

@@ -14,8 +14,10 @@
 //       tl[dev] = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
 //       cci_report_timeline_attach(tl[dev], a);      // before the device's first allocation
 //
-//   exit path (atexit, registered once CUDA is initialised, before the allocators are destroyed):
-//       cci_report_dump(allocs, tl, ndev, getenv("CCI_REPORT"), getenv("CCI_REPORT_FORMAT"), 0);
+//   exit path (the exit sequence, while the allocators still exist):
+//       cci_report_dump(allocs, tl, ndev, report_pattern, report_format, 0);
+//     (the pattern and format are what CCI_REPORT / CCI_REPORT_FORMAT said: the preload's settings
+//     read them; this library reads no environment)
 //     It prints nothing (returns 1) when no device allocation ever went through us; guard it so it
 //     runs once per process, and skip it entirely when the layer is disabled.
 //
@@ -38,7 +40,7 @@
 // Async-signal safety, function by function:
 //   NOT safe: cci_report_snapshot_take / _free, cci_report_render, cci_report_write,
 //             cci_report_dump, cci_report_oom, cci_report_open_destination, the timeline functions
-//             (locks, malloc, stdio formatting, getenv).
+//             (locks, malloc, stdio formatting).
 //   safe:     cci_report_write_all (a write(2) loop over a buffer rendered beforehand). A handler
 //             may therefore write a report that a normal thread rendered earlier, nothing more.
 //   The timeline's observer runs under the allocator lock and never allocates or blocks for
@@ -187,13 +189,13 @@ const char *cci_report_bytes(int64_t bytes, char *buf, size_t buflen);
 int cci_report_format_parse(const char *name, cci_report_format *out);
 /// From the file name: .json, .html/.htm, anything else text.
 cci_report_format cci_report_format_for_path(const char *path);
-/// The rank used by %r: RANK, else LOCAL_RANK, else 0.
-int cci_report_rank_from_env(void);
-/// Expands %p (pid), %r (rank), %h (host name) and %% in `pattern` into out. Other % sequences
-/// are kept as they are. 0, or -1 when out is too small (out then holds a truncated string).
-int cci_report_expand_path(const char *pattern, long pid, int rank, const char *host, char *out,
-                           size_t outlen);
-/// Opens where a report goes. pattern NULL, "" or "-" means stderr (fd 2, *path set to "").
+/// The rank of this process, shown in reports and used by %r: the library reads no environment;
+/// the caller that did (the preload's settings: RANK, else LOCAL_RANK) sets it once, before any
+/// report. Negative = no rank = 0, the default.
+void cci_report_set_rank(int rank);
+int cci_report_rank(void);
+/// Opens where a report goes. `pattern` is expanded by cci_path_expand (path_template.h: %p pid,
+/// %r rank, %h host, %% percent, anything else kept as it is). pattern NULL, "" or "-" means stderr (fd 2, *path set to "").
 /// `format` (e.g. CCI_REPORT_FORMAT's value) wins over the extension when non-empty; an unknown
 /// name is an error. Returns the fd (close it with cci_report_close_destination), or -1 with a
 /// logged reason.

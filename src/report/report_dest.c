@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Where a report goes and in which form: %p/%r/%h file names so that every rank of a torchrun job
-// gets its own file, the format from the extension or an explicit name, and the whole dump path.
+// Where a report goes and in which form: %p/%r/%h file names (the core's path_template.h) so that
+// every rank of a torchrun job gets its own file, the format from the extension or an explicit name, and the whole dump path.
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "path_template.h"
 #include "report_impl.h"
 
 int cci_report_format_parse(const char *name, cci_report_format *out)
@@ -38,57 +40,19 @@ cci_report_format cci_report_format_for_path(const char *path)
     return CCI_REPORT_TEXT;
 }
 
-// An integer environment variable, or -1 when unset or not a plain non-negative number.
-static int env_int(const char *name)
+// The process's rank, given once by whoever read the environment (the preload's settings): the
+// report library reads no environment of its own. Set before any report is written; a plain
+// int read by dumps on other threads, which only ever see 0 or the final value.
+static _Atomic int process_rank;
+
+void cci_report_set_rank(int rank)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return -1;
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || *end || n < 0 || n > 1000000000L)
-        return -1;
-    return (int)n;
+    atomic_store(&process_rank, rank < 0 ? 0 : rank);
 }
 
-int cci_report_rank_from_env(void)
+int cci_report_rank(void)
 {
-    int r = env_int("RANK");
-    if (r < 0)
-        r = env_int("LOCAL_RANK");
-    return r < 0 ? 0 : r;
-}
-
-int cci_report_expand_path(const char *pattern, long pid, int rank, const char *host, char *out, size_t outlen)
-{
-    if (outlen == 0)
-        return -1;
-    size_t o = 0;
-    int overflow = 0;
-    for (const char *p = pattern; *p && !overflow; p++) {
-        char piece[160];
-        const char *add = piece;
-        if (p[0] == '%' && p[1] == 'p')
-            snprintf(piece, sizeof piece, "%ld", pid), p++;
-        else if (p[0] == '%' && p[1] == 'r')
-            snprintf(piece, sizeof piece, "%d", rank), p++;
-        else if (p[0] == '%' && p[1] == 'h')
-            add = host ? host : "", p++;
-        else if (p[0] == '%' && p[1] == '%')
-            add = "%", p++;
-        else
-            piece[0] = *p, piece[1] = '\0';
-        size_t n = strlen(add);
-        if (o + n >= outlen) {
-            n = outlen - 1 - o;
-            overflow = 1;
-        }
-        memcpy(out + o, add, n);
-        o += n;
-    }
-    out[o] = '\0';
-    return overflow ? -1 : 0;
+    return atomic_load(&process_rank);
 }
 
 int cci_report_open_destination(const char *pattern, const char *format, cci_report_format *fmt, char *path,
@@ -99,10 +63,8 @@ int cci_report_open_destination(const char *pattern, const char *format, cci_rep
     int to_stderr = !pattern || !*pattern || strcmp(pattern, "-") == 0;
     if (!to_stderr) {
         char host[128];
-        if (gethostname(host, sizeof host) != 0)
-            snprintf(host, sizeof host, "unknown");
-        host[sizeof host - 1] = '\0';
-        if (cci_report_expand_path(pattern, (long)getpid(), cci_report_rank_from_env(), host, path, pathlen) != 0) {
+        cci_path_vars vars = cci_path_vars_here(cci_report_rank(), host, sizeof host);
+        if (cci_path_expand(pattern, &vars, path, pathlen) != 0) {
             cci_log(CCI_LOG_ERROR, "CCI_REPORT: the file name made from '%s' is too long", pattern);
             return -1;
         }

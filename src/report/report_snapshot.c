@@ -88,7 +88,7 @@ int cci_report_has_activity(const cci_report_snapshot *s)
 static void process_info(cci_report_snapshot *s)
 {
     s->pid = (long)getpid();
-    s->rank = cci_report_rank_from_env();
+    s->rank = cci_report_rank();
     snprintf(s->program, sizeof s->program, "%s", program_invocation_name);
     if (gethostname(s->host, sizeof s->host) != 0)
         snprintf(s->host, sizeof s->host, "unknown");

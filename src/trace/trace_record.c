@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "path_template.h"
 #include "trace_bin.h"
 #include "trace_record.h"
 #include "trace_record_impl.h"
@@ -188,48 +189,13 @@ PREFETCH_TARGET static void on_event(void *ud, const cci_event *ev)
 
 // ---- control ------------------------------------------------------------------------------
 
-static int env_rank(void)
-{
-    const char *names[] = {"RANK", "LOCAL_RANK"};
-    for (int i = 0; i < 2; i++) {
-        const char *v = getenv(names[i]);
-        if (!v || !*v || strlen(v) > 9 || strspn(v, "0123456789") != strlen(v))
-            continue;
-        return atoi(v);
-    }
-    return -1;
-}
+// The process's rank for %r and the header, given by whoever read the environment (the preload's
+// settings): the recorder reads no environment of its own. -1 = none (0 in file names).
+static int process_rank = -1;
 
-// Expands %p, %r and %%; -1 for any other % sequence or an overlong result.
-static int expand_pattern(const char *pat, char *out, size_t cap, int rank)
+void cci_trace_set_rank(int rank)
 {
-    size_t o = 0;
-    for (const char *p = pat; *p; p++) {
-        char tmp[24];
-        const char *piece = tmp;
-        if (*p != '%') {
-            tmp[0] = *p;
-            tmp[1] = 0;
-        } else if (p[1] == 'p') {
-            snprintf(tmp, sizeof tmp, "%ld", (long)getpid());
-            p++;
-        } else if (p[1] == 'r') {
-            snprintf(tmp, sizeof tmp, "%d", rank < 0 ? 0 : rank);
-            p++;
-        } else if (p[1] == '%') {
-            piece = "%";
-            p++;
-        } else {
-            return -1;
-        }
-        size_t l = strlen(piece);
-        if (o + l >= cap)
-            return -1;
-        memcpy(out + o, piece, l);
-        o += l;
-    }
-    out[o] = 0;
-    return o ? 0 : -1;
+    process_rank = rank;
 }
 
 static void free_chunk_list(chunk *c)
@@ -243,7 +209,6 @@ static void free_chunk_list(chunk *c)
 
 int cci_trace_start(const char *pattern, const char *config_string)
 {
-    static int atexit_done;
     pthread_mutex_lock(&cci__rec.lock);
     int rc = -1;
     if (atomic_load(&cci__hot.on) || cci__rec.writer_running) {
@@ -251,11 +216,13 @@ int cci_trace_start(const char *pattern, const char *config_string)
         goto out;
     }
     pthread_once(&cond_once, cci__init_cond);
-    int rank = env_rank();
-    if (!pattern || expand_pattern(pattern, cci__rec.path, sizeof cci__rec.path, rank) != 0) {
+    int rank = process_rank;
+    char host[128];
+    cci_path_vars vars = cci_path_vars_here(rank, host, sizeof host);
+    if (!pattern || cci_path_expand(pattern, &vars, cci__rec.path, sizeof cci__rec.path) != 0) {
         cci_log(CCI_LOG_ERROR,
-                "CCI_TRACE: '%s' is not a usable file name (placeholders: %%p pid, %%r rank, %%%% percent)",
-                pattern ? pattern : "");
+                "CCI_TRACE: '%s' is not a usable file name (empty or too long; placeholders: %%p pid, "
+                "%%r rank, %%h host, %%%% percent)", pattern ? pattern : "");
         cci__rec.path[0] = 0;
         goto out;
     }
@@ -332,8 +299,6 @@ int cci_trace_start(const char *pattern, const char *config_string)
         goto out;
     }
     cci__rec.writer_running = 1;
-    if (!atexit_done++)
-        atexit(cci_trace_stop);
     atomic_store_explicit(&cci__hot.on, 1, memory_order_release);
     rc = 0;
 out:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Report destinations and formats (%p/%r/%h naming, RANK/LOCAL_RANK, extensions, an explicit
+// Report destinations and formats (%p/%r/%h naming, the process rank, extensions, an explicit
 // format), the dump path end to end, the OOM message's single write, the timeline's bounded
 // buffer, and dumps taken while other threads allocate.
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "path_template.h"
 #include "report.h"
 
 static unsigned passed, failed;
@@ -31,24 +32,28 @@ static char tmpdir[256];
 static void test_names(void)
 {
     char out[256];
-    CHECK(cci_report_expand_path("r-%p-%r-%h-%%-%x.json", 123, 4, "node7", out, sizeof out) == 0 &&
+    cci_path_vars v = {.pid = 123, .rank = 4, .host = "node7"};
+    CHECK(cci_path_expand("r-%p-%r-%h-%%-%x.json", &v, out, sizeof out) == 0 &&
               strcmp(out, "r-123-4-node7-%-%x.json") == 0, "got '%s'", out);
-    CHECK(cci_report_expand_path("trailing%", 1, 0, "h", out, sizeof out) == 0 && strcmp(out, "trailing%") == 0,
+    v = (cci_path_vars){.pid = 1, .rank = 0, .host = "h"};
+    CHECK(cci_path_expand("trailing%", &v, out, sizeof out) == 0 && strcmp(out, "trailing%") == 0,
           "got '%s'", out);
     char small[8];
-    CHECK(cci_report_expand_path("abc-%p", 123456789, 0, "h", small, sizeof small) == -1 &&
-              strlen(small) == sizeof small - 1, "overflow: '%s'", small);
+    v.pid = 123456789;
+    CHECK(cci_path_expand("abc-%p", &v, small, sizeof small) == -1 && strlen(small) == sizeof small - 1,
+          "overflow: '%s'", small);
+    v = (cci_path_vars){.pid = 5, .rank = -1, .host = NULL};
+    CHECK(cci_path_expand("t-%r-%h", &v, out, sizeof out) == 0 && strcmp(out, "t-0-unknown") == 0,
+          "no rank is 0, no host 'unknown': got '%s'", out);
+    CHECK(cci_path_expand("", &v, out, sizeof out) == -1, "an empty name is refused");
 
-    unsetenv("RANK");
-    unsetenv("LOCAL_RANK");
-    CHECK(cci_report_rank_from_env() == 0, "no rank variable");
-    setenv("LOCAL_RANK", "3", 1);
-    CHECK(cci_report_rank_from_env() == 3, "LOCAL_RANK");
-    setenv("RANK", "5", 1);
-    CHECK(cci_report_rank_from_env() == 5, "RANK wins over LOCAL_RANK");
-    setenv("RANK", "5x", 1);
-    CHECK(cci_report_rank_from_env() == 3, "a malformed RANK is ignored");
-    unsetenv("LOCAL_RANK");
+    // The rank comes from whoever read the environment (the preload's settings; RANK/LOCAL_RANK
+    // precedence is tested in tests/preload/test_settings.c): the library reads none itself.
+    cci_report_set_rank(-1);
+    CHECK(cci_report_rank() == 0, "no rank");
+    cci_report_set_rank(3);
+    CHECK(cci_report_rank() == 3, "set rank");
+    cci_report_set_rank(-1);
 
     CHECK(cci_report_format_for_path("a.json") == CCI_REPORT_JSON, "json");
     CHECK(cci_report_format_for_path("a.HTML") == CCI_REPORT_HTML, "HTML");
@@ -65,7 +70,7 @@ static void test_open(void)
 {
     char pattern[512], path[512], want[512];
     cci_report_format fmt;
-    setenv("RANK", "7", 1);
+    cci_report_set_rank(7);
     snprintf(pattern, sizeof pattern, "%s/rep-%%p-%%r.json", tmpdir);
     snprintf(want, sizeof want, "%s/rep-%ld-7.json", tmpdir, (long)getpid());
     int fd = cci_report_open_destination(pattern, NULL, &fmt, path, sizeof path);
@@ -81,7 +86,7 @@ static void test_open(void)
     CHECK(fd == 2 && fmt == CCI_REPORT_TEXT && path[0] == '\0', "no pattern: stderr, text");
     fd = cci_report_open_destination("-", "json", &fmt, path, sizeof path);
     CHECK(fd == 2 && fmt == CCI_REPORT_JSON, "'-': stderr, format still selectable");
-    unsetenv("RANK");
+    cci_report_set_rank(-1);
 }
 
 static int starts_with_file(const char *path, const char *prefix)

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// In-place reset (allocator_reset.h). Lives beside allocator.c rather than in it: it touches every
+// structure once, at a rare moment, and shares none of the hot path's helpers.
+// uthash would exit the process when the anchor's table cannot be allocated; without the anchor
+// the map still works (allocator.c only keeps it to avoid rebuilding the table), so go on.
+static _Thread_local int anchor_oom;
+#define uthash_nonfatal_oom(obj) (anchor_oom = 1)
+
+#include "allocator_reset.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "allocator_impl.h"
+#include "log.h"
+
+static void tell(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
+{
+    cci_event ev = {kind, a->device, stream, addr, size, 0};
+    for (int i = 0; i < a->nobs; i++)
+        a->obs[i].fn(a->obs[i].ud, &ev);
+}
+
+// The statistics of a fresh allocator: everything zero but what describes the device and the
+// configuration (cci_allocator_create sets the same fields).
+static void reset_stats(cci_allocator *a)
+{
+    cci_stats keep = a->st;
+    memset(&a->st, 0, sizeof a->st);
+    a->st.size = keep.size;
+    a->st.version = keep.version;
+    a->st.max_split_size = keep.max_split_size;
+    a->st.device_capacity = keep.device_capacity;
+}
+
+void cci_allocator_reset(cci_allocator *a, int release_segments)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    // The live map goes first: its entries are the block records freed below. The permanent
+    // anchor is re-added, so the map itself is never rebuilt from nothing on the hot path.
+    HASH_CLEAR(hh, a->live);
+    for (size_t i = 0; i < a->nsegs; i++) {
+        cci_segment *s = a->segs[i];
+        for (cci_block *b = s->first, *n; b; b = n) {
+            n = b->next;
+            if (b->state == BLOCK_ALLOCATED)
+                tell(a, CCI_EV_FREE_REQUESTED, b->stream, b->addr, b->size);
+            if (b->state != BLOCK_FREE)
+                tell(a, CCI_EV_FREE_COMPLETED, b->stream, b->addr, b->size);
+            free(b);
+        }
+        if (release_segments && a->be.ops->release(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
+            cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment at reset failed; forgetting it",
+                    a->device, s->size);
+        tell(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size);
+        free(s);
+    }
+    a->nsegs = 0;  // the array itself is kept for the segments to come
+    a->free_tree[0] = a->free_tree[1] = NULL;
+    a->free_searches[0] = a->free_searches[1] = 0;
+    a->pend_head = a->pend_tail = NULL;
+    a->pend_count = a->pend_bytes = 0;
+    a->pend_seq = 0;
+    reset_stats(a);
+    cci_layout_free(&a->peak);
+    memset(&a->peak, 0, sizeof a->peak);
+    a->have_peak = 0;
+    memset(&a->live_anchor.hh, 0, sizeof a->live_anchor.hh);
+    anchor_oom = 0;
+    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
+    if (anchor_oom)
+        a->live = NULL;
+    pthread_mutex_unlock(&a->lock);
+}
