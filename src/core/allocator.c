@@ -9,6 +9,7 @@
 
 #include "allocator_impl.h"
 #include "log.h"
+#include "stats_list.h"
 
 // uthash reports host out-of-memory through this flag instead of exiting the host process.
 static __thread int hash_oom;
@@ -734,14 +735,12 @@ void cci_alloc_stats(cci_allocator *a, cci_stats *out)
 void cci_alloc_reset_peaks(cci_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
-    cci_stat *all[] = {a->st.allocation, a->st.segment, a->st.active, a->st.inactive_split,
-                       a->st.allocated_bytes, a->st.reserved_bytes, a->st.active_bytes,
-                       a->st.inactive_split_bytes, a->st.requested_bytes};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        for (int p = 0; p < CCI_POOL_KINDS; p++)
-            all[i][p].peak = all[i][p].current;
-    a->st.oversize_allocations.peak = a->st.oversize_allocations.current;
-    a->st.oversize_segments.peak = a->st.oversize_segments.current;
+    // Every counter family of the one list, whether it is per pool (an array) or a single cci_stat.
+#define RESET_PEAKS(field, label, per_pool, bytes)                                                 \
+    for (size_t i = 0; i < sizeof a->st.field / sizeof(cci_stat); i++)                            \
+        ((cci_stat *)&a->st.field)[i].peak = ((cci_stat *)&a->st.field)[i].current;
+    CCI_STAT_FAMILIES(RESET_PEAKS)
+#undef RESET_PEAKS
     pthread_mutex_unlock(&a->lock);
 }
 
