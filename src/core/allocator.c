@@ -615,6 +615,20 @@ static void remember_peak(cci_allocator *a)
     a->have_peak = 1;
 }
 
+// Before the pool grows: fenced frees whose fence has passed, then, if the ones still pending
+// would be enough, a wait for the oldest fence that frees enough. Kept out of line so that the
+// cached fast path of cci_malloc stays as compact as it was.
+static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, size_t rounded, int small,
+                                                              uint64_t stream)
+{
+    cci_block *b = NULL;
+    if (cci__fenced_harvest(a))
+        b = take_free_block(a, rounded, small, stream);
+    while (!b && cci__fenced_wait_for(a, rounded, small, stream))
+        b = take_free_block(a, rounded, small, stream);
+    return b;
+}
+
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
@@ -622,14 +636,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int rc = CCI_OK;
     pthread_mutex_lock(&a->lock);
     cci_block *b = take_free_block(a, rounded, small, stream);
-    if (!b && a->fenced_count) {
-        // Before the pool grows: fenced frees whose fence has passed, then, if the ones still
-        // pending would be enough, a wait for the oldest fence that frees enough.
-        if (cci__fenced_harvest(a))
-            b = take_free_block(a, rounded, small, stream);
-        while (!b && cci__fenced_wait_for(a, rounded, small, stream))
-            b = take_free_block(a, rounded, small, stream);
-    }
+    if (!b && a->fenced_count)
+        b = take_after_fences(a, rounded, small, stream);
     if (!b && pending_batch_full(a, rounded) && sync_pending(a))
         b = take_free_block(a, rounded, small, stream);
     int new_segment = 0;
@@ -694,17 +702,15 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     if (is_oversize(a, b->size))
         stat_add(&a->st.oversize_allocations, -1);
     notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, 0);
-    if (mode == CCI_FREE_FENCED && !a->fences)
-        mode = CCI_FREE_DEFERRED;
-    if (mode == CCI_FREE_FENCED) {
-        cci__fenced_free(a, b);
-    } else if (mode == CCI_FREE_DEFERRED || stream != b->stream) {
-        cci__defer_block(a, b);
-    } else {
+    if (mode == CCI_FREE_NOW && stream == b->stream) {
         HASH_DELETE(hh, a->live, b);
         size_t size = b->size;
         free_block(a, b);
         notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
+    } else if (mode == CCI_FREE_FENCED && a->fences) {
+        cci__fenced_free(a, b);
+    } else {
+        cci__defer_block(a, b);  // DEFERRED, FENCED without fences, or freed on another stream
     }
     pthread_mutex_unlock(&a->lock);
     return CCI_OK;

@@ -48,12 +48,6 @@ struct cci_allocator {
     size_t pend_count, pend_bytes;
     uint64_t pend_seq;
 
-    const cci_backend_fence_ops *fences;  // NULL: the backend has no fences, FENCED acts as DEFERRED
-    cci_block *fopen_head, *fopen_tail;   // the open batch: fenced frees not yet behind a fence
-    size_t fopen_count, fopen_bytes;
-    cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
-    size_t fenced_count;                  // blocks in the open and the closed batches
-
     cci_stats st;
 
     cci_block *spare;            // recycled block records: splitting must not cost a malloc
@@ -65,6 +59,13 @@ struct cci_allocator {
     int track_peak;
     int have_peak;
     cci_layout peak;
+
+    // Fenced frees (fenced.c), after the hot fields so that the fast path's layout is unchanged.
+    const cci_backend_fence_ops *fences;  // NULL: the backend has no fences, FENCED acts as DEFERRED
+    cci_block *fopen_head, *fopen_tail;   // the open batch: fenced frees not yet behind a fence
+    size_t fopen_count, fopen_bytes;
+    cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
+    size_t fenced_count;                  // blocks in the open and the closed batches
 };
 
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
