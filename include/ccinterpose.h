@@ -29,7 +29,8 @@
 extern "C" {
 #endif
 
-#define CCI_STATS_VERSION 1
+/* 2: num_fence_records and num_fence_waits appended. */
+#define CCI_STATS_VERSION 2
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -65,6 +66,9 @@ typedef struct cci_stats {
     uint64_t max_split_size;       /**< configured limit in bytes; UINT64_MAX when unlimited */
     uint64_t largest_free_block;   /**< largest cached free block, bytes */
     uint64_t device_capacity;      /**< total device memory, bytes (0 when unknown) */
+    /* Version 2. Fields are only ever appended, so older callers keep their layout. */
+    uint64_t num_fence_records;    /**< fences recorded for batches of fenced frees */
+    uint64_t num_fence_waits;      /**< times the host waited for a fence rather than grow the pool */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

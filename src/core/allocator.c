@@ -2,13 +2,15 @@
 // The caching policy: PyTorch's native allocator rules over a cci_backend.
 //
 // Block life: FREE (in its pool's free set) -> ALLOCATED (in the live map) -> either FREE again
-// at once (freed on its own stream) or PENDING (waiting until the device has passed the free),
-// then FREE. Neighbouring FREE blocks of one segment are always merged.
+// at once (freed on its own stream) or PENDING (waiting until the device has passed the free:
+// a device synchronisation for deferred frees, a fence for fenced ones, fenced.c), then FREE.
+// Neighbouring FREE blocks of one segment are always merged.
 #include <stdlib.h>
 #include <string.h>
 
 #include "allocator_impl.h"
 #include "log.h"
+#include "stats_list.h"
 
 // uthash reports host out-of-memory through this flag instead of exiting the host process.
 static __thread int hash_oom;
@@ -314,6 +316,30 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
 
 // ---- deferred frees -----------------------------------------------------------------------
 
+void cci__complete_block(cci_allocator *a, cci_block *b)
+{
+    HASH_DELETE(hh, a->live, b);
+    uintptr_t addr = b->addr;
+    size_t size = b->size;
+    uint64_t stream = b->stream;
+    free_block(a, b);
+    notify(a, CCI_EV_FREE_COMPLETED, stream, addr, size, 0);
+}
+
+void cci__defer_block(cci_allocator *a, cci_block *b)
+{
+    b->state = BLOCK_PENDING;
+    b->pending_seq = a->pend_seq++;
+    b->pend_next = NULL;
+    if (a->pend_tail)
+        a->pend_tail->pend_next = b;
+    else
+        a->pend_head = b;
+    a->pend_tail = b;
+    a->pend_count++;
+    a->pend_bytes += b->size;
+}
+
 static void complete_pending(cci_allocator *a, uint64_t upto)
 {
     while (a->pend_head && a->pend_head->pending_seq < upto) {
@@ -323,12 +349,7 @@ static void complete_pending(cci_allocator *a, uint64_t upto)
             a->pend_tail = NULL;
         a->pend_count--;
         a->pend_bytes -= b->size;
-        HASH_DELETE(hh, a->live, b);
-        uintptr_t addr = b->addr;
-        size_t size = b->size;
-        uint64_t stream = b->stream;
-        free_block(a, b);
-        notify(a, CCI_EV_FREE_COMPLETED, stream, addr, size, 0);
+        cci__complete_block(a, b);
     }
 }
 
@@ -499,6 +520,7 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     a->device = device;
     a->cfg = *cfg;
     a->be = be;
+    a->fences = (be.ops->caps & CCI_CAP_FENCES) ? be.ops->fence : NULL;
     a->capacity = be.ops->capacity ? be.ops->capacity(be.ctx, device) : 0;
     size_t base = a->capacity ? a->capacity : SIZE_MAX;
     a->capped = cfg->memory_fraction > 0 && a->capacity;
@@ -523,6 +545,7 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
     if (!a)
         return;
     HASH_CLEAR(hh, a->live);
+    cci__fenced_destroy(a, release_segments);
     for (size_t i = 0; i < a->nsegs; i++) {
         cci_segment *s = a->segs[i];
         if (release_segments)
@@ -592,6 +615,20 @@ static void remember_peak(cci_allocator *a)
     a->have_peak = 1;
 }
 
+// Before the pool grows: fenced frees whose fence has passed, then, if the ones still pending
+// would be enough, a wait for the oldest fence that frees enough. Kept out of line so that the
+// cached fast path of cci_malloc stays as compact as it was.
+static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, size_t rounded, int small,
+                                                              uint64_t stream)
+{
+    cci_block *b = NULL;
+    if (cci__fenced_harvest(a))
+        b = take_free_block(a, rounded, small, stream);
+    while (!b && cci__fenced_wait_for(a, rounded, small, stream))
+        b = take_free_block(a, rounded, small, stream);
+    return b;
+}
+
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
@@ -599,6 +636,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int rc = CCI_OK;
     pthread_mutex_lock(&a->lock);
     cci_block *b = take_free_block(a, rounded, small, stream);
+    if (!b && a->fenced_count)
+        b = take_after_fences(a, rounded, small, stream);
     if (!b && pending_batch_full(a, rounded) && sync_pending(a))
         b = take_free_block(a, rounded, small, stream);
     int new_segment = 0;
@@ -612,7 +651,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         if (!b && rc == CCI_EOOM) {
             // Last resort, as a real cudaFree would: wait for the device, then give back every
             // whole cached segment. Another thread may have freed meanwhile: look again first.
-            if (sync_pending(a) && (b = take_free_block(a, rounded, small, stream)) != NULL)
+            int fenced = cci__fenced_drain(a);  // first: a failed wait hands its blocks to the sync
+            if ((sync_pending(a) | fenced) && (b = take_free_block(a, rounded, small, stream)) != NULL)
                 new_segment = 0;
             if (!b) {
                 release_cached_all(a);
@@ -662,22 +702,15 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     if (is_oversize(a, b->size))
         stat_add(&a->st.oversize_allocations, -1);
     notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, 0);
-    if (mode == CCI_FREE_DEFERRED || stream != b->stream) {
-        b->state = BLOCK_PENDING;
-        b->pending_seq = a->pend_seq++;
-        b->pend_next = NULL;
-        if (a->pend_tail)
-            a->pend_tail->pend_next = b;
-        else
-            a->pend_head = b;
-        a->pend_tail = b;
-        a->pend_count++;
-        a->pend_bytes += b->size;
-    } else {
+    if (mode == CCI_FREE_NOW && stream == b->stream) {
         HASH_DELETE(hh, a->live, b);
         size_t size = b->size;
         free_block(a, b);
         notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
+    } else if (mode == CCI_FREE_FENCED && a->fences) {
+        cci__fenced_free(a, b);
+    } else {
+        cci__defer_block(a, b);  // DEFERRED, FENCED without fences, or freed on another stream
     }
     pthread_mutex_unlock(&a->lock);
     return CCI_OK;
@@ -710,6 +743,7 @@ int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *bl
 void cci_alloc_empty_cache(cci_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
+    cci__fenced_drain(a);
     sync_pending(a);
     release_cached_all(a);
     pthread_mutex_unlock(&a->lock);
@@ -734,14 +768,12 @@ void cci_alloc_stats(cci_allocator *a, cci_stats *out)
 void cci_alloc_reset_peaks(cci_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
-    cci_stat *all[] = {a->st.allocation, a->st.segment, a->st.active, a->st.inactive_split,
-                       a->st.allocated_bytes, a->st.reserved_bytes, a->st.active_bytes,
-                       a->st.inactive_split_bytes, a->st.requested_bytes};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        for (int p = 0; p < CCI_POOL_KINDS; p++)
-            all[i][p].peak = all[i][p].current;
-    a->st.oversize_allocations.peak = a->st.oversize_allocations.current;
-    a->st.oversize_segments.peak = a->st.oversize_segments.current;
+    // Every counter family of the one list, whether it is per pool (an array) or a single cci_stat.
+#define RESET_PEAKS(field, label, per_pool, bytes)                                                 \
+    for (size_t i = 0; i < sizeof a->st.field / sizeof(cci_stat); i++)                            \
+        ((cci_stat *)&a->st.field)[i].peak = ((cci_stat *)&a->st.field)[i].current;
+    CCI_STAT_FAMILIES(RESET_PEAKS)
+#undef RESET_PEAKS
     pthread_mutex_unlock(&a->lock);
 }
 

@@ -16,6 +16,9 @@ typedef struct cci_allocator cci_allocator;
 typedef enum cci_free_mode {
     CCI_FREE_NOW,       ///< reusable at once on the block's own stream (cudaFreeAsync on that stream)
     CCI_FREE_DEFERRED,  ///< reusable only after the backend has synchronised the device
+    /// reusable once a fence recorded after the free has passed (fenced.c); DEFERRED when the
+    /// backend has no fences
+    CCI_FREE_FENCED,
 } cci_free_mode;
 
 /// Events an observer (trace recorder, report timeline) sees, in PyTorch snapshot vocabulary.
@@ -68,7 +71,7 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
 int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *block_size,
                    uintptr_t *segment, size_t *segment_size);
 
-/// Makes every deferred free reusable (synchronising the device if any are pending) and gives
+/// Makes every deferred and fenced free reusable (synchronising or waiting as needed) and gives
 /// every whole cached segment back to the backend.
 void cci_alloc_empty_cache(cci_allocator *a);
 /// Bytes cached (reserved but not allocated and reusable) — what cudaMemGetInfo may count as free.

@@ -15,6 +15,16 @@
 #define PENDING_RESERVED_DIVISOR 16
 #define PENDING_MIN_BYTES ((size_t)64 << 20)
 
+// Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
+typedef struct cci_fence_batch {
+    cci_fence fence;
+    cci_block *head, *tail;        // linked through pend_next
+    size_t count, bytes;
+    int waiters;                   // threads waiting for the fence with the lock dropped
+    int completed;                 // its blocks are reusable; the last waiter frees the record
+    struct cci_fence_batch *next;  // closed batches, oldest first
+} cci_fence_batch;
+
 struct cci_allocator {
     pthread_mutex_t lock;
     int device;
@@ -49,6 +59,13 @@ struct cci_allocator {
     int track_peak;
     int have_peak;
     cci_layout peak;
+
+    // Fenced frees (fenced.c), after the hot fields so that the fast path's layout is unchanged.
+    const cci_backend_fence_ops *fences;  // NULL: the backend has no fences, FENCED acts as DEFERRED
+    cci_block *fopen_head, *fopen_tail;   // the open batch: fenced frees not yet behind a fence
+    size_t fopen_count, fopen_bytes;
+    cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
+    size_t fenced_count;                  // blocks in the open and the closed batches
 };
 
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
@@ -56,6 +73,25 @@ static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_PO
 // Internal, lock held.
 int cci__layout_fill(cci_allocator *a, cci_layout *out);
 size_t cci__largest_free(cci_allocator *a);
+// The free path's two ends, shared with fenced.c: a freed block joins the deferred queue (made
+// reusable by a device synchronisation), or becomes reusable now (FREE_COMPLETED).
+void cci__defer_block(cci_allocator *a, cci_block *b);
+void cci__complete_block(cci_allocator *a, cci_block *b);
+
+// Fenced frees (fenced.c). The lock is held on entry and exit; the functions that wait drop it
+// around the wait, so callers search the free set again afterwards.
+void cci__fenced_free(cci_allocator *a, cci_block *b);
+/// Without blocking: puts the open batch behind a fence and makes every batch whose fence has
+/// passed reusable. 1 when something became reusable.
+int cci__fenced_harvest(cci_allocator *a);
+/// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
+/// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
+/// would be enough (or the wait failed and the blocks went to the deferred queue).
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream);
+/// Waits until every fenced free is reusable. 1 when something became reusable.
+int cci__fenced_drain(cci_allocator *a);
+/// Forgets every batch; release_fences = 0 leaves the backend's handles alone (fork child).
+void cci__fenced_destroy(cci_allocator *a, int release_fences);
 cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p);
 
 #endif

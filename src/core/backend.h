@@ -112,4 +112,15 @@ void cci_sim_fail_reserve_at(cci_sim_device *sim, uint64_t n);
 size_t cci_sim_reserved(const cci_sim_device *sim);
 size_t cci_sim_segments(const cci_sim_device *sim);
 
+// The simulated device's fences (backend_sim_fence.c) are deterministic. The device keeps a logical
+// clock that advances at every fence record; a fence passes once its stream (every stream, for
+// CCI_STREAM_ALL) has completed up to its record. By itself the device completes work `lag` records
+// behind the host: lag 0 (the default) passes every fence at once, so runs without a lag behave as
+// with immediate completion. A wait makes the device catch up with that fence.
+void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag);
+/// Completes everything recorded so far on `stream` (CCI_STREAM_ALL: on every stream).
+void cci_sim_complete(cci_sim_device *sim, uint64_t stream);
+/// Fences recorded, waits that had to make the device catch up, fences not yet released.
+void cci_sim_fence_counts(const cci_sim_device *sim, uint64_t *records, uint64_t *waits, uint64_t *live);
+
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "backend_sim_fence.h"
 
 #define SIM_BASE ((uintptr_t)0x7f0000000000ull)
 #define SIM_ALIGN ((uintptr_t)2 << 20)
@@ -15,6 +16,7 @@ struct cci_sim_device {
     size_t segments;
     uintptr_t next;          // addresses are never reused, so a stale pointer can never alias
     uint64_t fail_countdown; // fault injection: 0 = off
+    cci_sim_fences *fences;  // the fence group's state (backend_sim_fence.c)
 };
 
 static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
@@ -56,6 +58,8 @@ static const cci_backend_ops sim_ops = {
     .release = sim_release,
     .capacity = sim_capacity,
     .synchronize = NULL,
+    .caps = CCI_CAP_FENCES,
+    .fence = &cci__sim_fence_ops,
 };
 
 cci_sim_device *cci_sim_create(size_t capacity)
@@ -63,6 +67,11 @@ cci_sim_device *cci_sim_create(size_t capacity)
     cci_sim_device *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
+    s->fences = cci__sim_fences_create();
+    if (!s->fences) {
+        free(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->lock, NULL);
     s->capacity = capacity;
     s->next = SIM_BASE;
@@ -74,6 +83,7 @@ void cci_sim_destroy(cci_sim_device *s)
     if (!s)
         return;
     pthread_mutex_destroy(&s->lock);
+    cci__sim_fences_destroy(s->fences);
     free(s);
 }
 
@@ -88,3 +98,5 @@ void cci_sim_fail_reserve_at(cci_sim_device *s, uint64_t n)
 
 size_t cci_sim_reserved(const cci_sim_device *s) { return s->reserved; }
 size_t cci_sim_segments(const cci_sim_device *s) { return s->segments; }
+
+cci_sim_fences *cci__sim_fences_of(const cci_sim_device *s) { return s->fences; }

@@ -193,9 +193,9 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
             rc = fail(msg, len, "free set of the %s pool is inconsistent (%zu in set, %zu free blocks, code %d)",
                       small ? "small" : "large", t.n, nfree[small], t.bad);
     }
-    if (!rc && (HASH_COUNT(a->live) - 1 != nlive || npend != a->pend_count))
-        rc = fail(msg, len, "live map holds %u blocks, layout %zu; pending %zu vs %zu", HASH_COUNT(a->live) - 1, nlive,
-                  npend, a->pend_count);
+    if (!rc && (HASH_COUNT(a->live) - 1 != nlive || npend != a->pend_count + a->fenced_count))
+        rc = fail(msg, len, "live map holds %u blocks, layout %zu; pending %zu vs %zu deferred + %zu fenced",
+                  HASH_COUNT(a->live) - 1, nlive, npend, a->pend_count, a->fenced_count);
     struct {
         const char *name;
         const cci_stat *st;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "report_impl.h"
+#include "stats_list.h"
 
 // ---- buffer --------------------------------------------------------------------------------
 
@@ -159,21 +160,11 @@ const char *cci__human(int64_t bytes, char *buf, size_t buflen)
 
 // ---- the statistics table --------------------------------------------------------------------
 
-#define ROW(key, label, per_pool, bytes) {#key, label, offsetof(cci_stats, key), per_pool, bytes}
+// Derived from the core's one list of statistics (stats_list.h), in its order.
+#define ROW(key, label, per_pool, bytes) {#key, label, offsetof(cci_stats, key), per_pool, bytes},
 
-const cci_stat_row cci__stat_rows[] = {
-    ROW(allocated_bytes, "Allocated memory", 1, 1),
-    ROW(active_bytes, "Active memory", 1, 1),
-    ROW(requested_bytes, "Requested memory", 1, 1),
-    ROW(reserved_bytes, "GPU reserved memory", 1, 1),
-    ROW(inactive_split_bytes, "Non-releasable memory", 1, 1),
-    ROW(allocation, "Allocations", 1, 0),
-    ROW(active, "Active allocs", 1, 0),
-    ROW(segment, "GPU reserved segments", 1, 0),
-    ROW(inactive_split, "Non-releasable allocs", 1, 0),
-    ROW(oversize_allocations, "Oversize allocations", 0, 0),
-    ROW(oversize_segments, "Oversize GPU segments", 0, 0),
-};
+const cci_stat_row cci__stat_rows[] = {CCI_STAT_FAMILIES(ROW)};
+#undef ROW
 const size_t cci__stat_nrows = sizeof cci__stat_rows / sizeof cci__stat_rows[0];
 const char *const cci__pool_keys[CCI_POOL_KINDS] = {"all", "small_pool", "large_pool"};
 

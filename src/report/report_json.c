@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "report_impl.h"
+#include "stats_list.h"
 
 static void key(cci_sb *b, int *first, const char *k)
 {
@@ -12,6 +13,35 @@ static void key(cci_sb *b, int *first, const char *k)
     *first = 0;
     cci__sb_json_str(b, k);
     cci__sb_puts(b, ": ");
+}
+
+// The event counts, from the core's one list: memory_stats() keys go under "stats" (whose key set is
+// exactly PyTorch's), ours alone under "counters".
+#define COUNTER(field, torch) {#field, offsetof(cci_stats, field), torch},
+static const struct {
+    const char *key;
+    size_t offset;
+    int torch;
+} counters[] = {CCI_STAT_COUNTERS(COUNTER)};
+#undef COUNTER
+
+static uint64_t counter_at(const cci_stats *st, size_t i)
+{
+    return *(const uint64_t *)((const char *)st + counters[i].offset);
+}
+
+static void own_counters(cci_sb *b, const cci_stats *st)
+{
+    cci__sb_puts(b, "{");
+    int first = 1;
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        if (counters[i].torch)
+            continue;
+        cci__sb_printf(b, "%s\"%s\": %llu", first ? "" : ", ", counters[i].key,
+                       (unsigned long long)counter_at(st, i));
+        first = 0;
+    }
+    cci__sb_puts(b, "}");
 }
 
 static void stats(cci_sb *b, const cci_stats *st)
@@ -35,16 +65,11 @@ static void stats(cci_sb *b, const cci_stats *st)
             }
         }
     }
-    const struct { const char *k; uint64_t v; } scalars[] = {
-        {"num_alloc_retries", st->num_alloc_retries},
-        {"num_ooms", st->num_ooms},
-        {"num_sync_all_streams", st->num_sync_all_streams},
-        {"num_device_alloc", st->num_device_alloc},
-        {"num_device_free", st->num_device_free},
-    };
-    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
-        key(b, &first, scalars[i].k);
-        cci__sb_printf(b, "%llu", (unsigned long long)scalars[i].v);
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        if (!counters[i].torch)
+            continue;
+        key(b, &first, counters[i].key);
+        cci__sb_printf(b, "%llu", (unsigned long long)counter_at(st, i));
     }
     // PyTorch stores "no limit" as SIZE_MAX in a signed 64-bit field, which Python sees as -1.
     key(b, &first, "max_split_size");
@@ -113,6 +138,8 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__sb_json_str(b, d->config);
     cci__sb_puts(b, ",\n    \"stats\": ");
     stats(b, &d->stats);
+    cci__sb_puts(b, ",\n    \"counters\": ");
+    own_counters(b, &d->stats);
     cci__sb_printf(b, ",\n    \"largest_free_block\": %llu,\n    \"device_capacity\": %llu,\n",
                    (unsigned long long)d->stats.largest_free_block, (unsigned long long)d->stats.device_capacity);
     cci__sb_puts(b, "    \"fragmentation\": {\n      \"at_peak\": ");

@@ -258,6 +258,11 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         cci__sb_printf(b, "Device capacity: %s\n",
                        d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h)
                                                 : "unknown");
+        // Only programs that used fenced frees get the line, so every other report reads as before.
+        if (d->stats.num_fence_records)
+            cci__sb_printf(b, "Fenced frees: %llu fence%s recorded, the host waited for %llu\n",
+                           (unsigned long long)d->stats.num_fence_records, d->stats.num_fence_records == 1 ? "" : "s",
+                           (unsigned long long)d->stats.num_fence_waits);
         fragmentation(b, d);
         cci__sb_printf(b, "\nAdvice, device %d:\n", d->device);
         for (size_t k = 0; k < d->nadvice; k++)

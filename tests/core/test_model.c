@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Randomized model check: millions of random allocations and frees, over several seeds and
 // configurations, against a reference model of what must hold. Live blocks never overlap, are
-// 512-aligned and lie inside a segment; the statistics equal a recomputation; and after freeing
-// everything and emptying the cache nothing is reserved. CCI_TEST_SCALE multiplies the work.
+// 512-aligned and lie inside a segment, and none overlaps a freed block whose free has not
+// completed (deferred or fenced: still behind its synchronisation or its fence); the statistics
+// equal a recomputation; and after freeing everything and emptying the cache nothing is reserved
+// and no fence is left. The fenced cases mix fenced frees with a fence lag and random completion.
+// CCI_TEST_SCALE multiplies the work.
 #include <string.h>
 
 #include "allocator.h"
@@ -54,16 +57,54 @@ static int overlaps_or_insert(live x)
     return 0;
 }
 
+// Blocks freed but not yet reusable (FREE_REQUESTED without its FREE_COMPLETED yet), fed by an
+// observer: a new block overlapping one of them would be an early reuse.
+static live *waiting;
+static size_t nwaiting, waiting_cap;
+
+static void watch_frees(void *ud, const cci_event *ev)
+{
+    (void)ud;
+    if (ev->kind == CCI_EV_FREE_REQUESTED) {
+        if (nwaiting == waiting_cap) {
+            waiting_cap = waiting_cap ? waiting_cap * 2 : 1024;
+            waiting = realloc(waiting, waiting_cap * sizeof *waiting);
+            if (!waiting)
+                abort();
+        }
+        waiting[nwaiting++] = (live){ev->addr, ev->size, ev->stream};
+    } else if (ev->kind == CCI_EV_FREE_COMPLETED) {
+        for (size_t i = 0; i < nwaiting; i++)
+            if (waiting[i].addr == ev->addr) {
+                waiting[i] = waiting[--nwaiting];
+                break;
+            }
+    }
+}
+
+static int reuses_waiting(uintptr_t p, size_t size)
+{
+    for (size_t i = 0; i < nwaiting; i++)
+        if (p < waiting[i].addr + waiting[i].size && waiting[i].addr < p + size)
+            return 1;
+    return 0;
+}
+
 static void remove_at(size_t i)
 {
     memmove(&lv[i], &lv[i + 1], (nlive - i - 1) * sizeof lv[0]);
     nlive--;
 }
 
-static void run(const char *name, const cci_config *cfg, size_t capacity, uint64_t seed, long ops)
+// fence_lag > 0: a third of the frees are fenced, the device completes work that many fence records
+// behind the host, and random completions of a stream or of all of them pass fences early.
+static void run(const char *name, const cci_config *cfg, size_t capacity, uint64_t seed, long ops, uint64_t fence_lag)
 {
     cci_sim_device *sim = cci_sim_create(capacity);
+    cci_sim_set_fence_lag(sim, fence_lag);
     cci_allocator *a = cci_allocator_create(0, cfg, cci_sim_backend(sim));
+    nwaiting = 0;
+    cci_allocator_add_observer(a, watch_frees, NULL);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
     nlive = 0;
     long ooms = 0, checks_failed = 0;
@@ -89,12 +130,16 @@ static void run(const char *name, const cci_config *cfg, size_t capacity, uint64
                   "%s: block %#lx (%zu) not inside its segment", name, (unsigned long)p, sz);
             CHECK(!overlaps_or_insert((live){p, sz ? sz : 1, stream}), "%s seed %llu op %ld: %#lx+%zu overlaps",
                   name, (unsigned long long)seed, op, (unsigned long)p, sz);
+            CHECK(!reuses_waiting(p, sz ? sz : 1), "%s seed %llu op %ld: %#lx reused before its free completed",
+                  name, (unsigned long long)seed, op, (unsigned long)p);
             requested_sum += sz;
         } else if (nlive) {
             size_t i = (size_t)(rnd() % nlive);
             live x = lv[i];
             uint64_t fstream = rnd() % 5 == 0 ? 7 - x.stream : x.stream;
             cci_free_mode mode = rnd() % 2 ? CCI_FREE_DEFERRED : CCI_FREE_NOW;
+            if (fence_lag && rnd() % 3 == 0)
+                mode = CCI_FREE_FENCED;
             CHECK(cci_free(a, x.addr, fstream, mode) == CCI_OK, "%s: free %#lx", name, (unsigned long)x.addr);
             requested_sum -= x.size == 1 && 0 ? 0 : x.size;
             remove_at(i);
@@ -103,6 +148,8 @@ static void run(const char *name, const cci_config *cfg, size_t capacity, uint64
         }
         if (rnd() % 2000 == 0)
             cci_alloc_empty_cache(a);
+        if (fence_lag && rnd() % 50 == 0)
+            cci_sim_complete(sim, rnd() % 2 ? CCI_STREAM_ALL : 7);
         if (op % 97 == 0 && cci_allocator_check(a, msg, sizeof msg) != 0) {
             if (++checks_failed <= 3)
                 fprintf(stderr, "%s seed %llu op %ld: %s\n", name, (unsigned long long)seed, op, msg);
@@ -128,6 +175,11 @@ static void run(const char *name, const cci_config *cfg, size_t capacity, uint64
     CHECK_EQ_U(cci_sim_reserved(sim), 0, "device reserved after empty_cache");
     CHECK_EQ_U(cci_sim_segments(sim), 0, "device segments after empty_cache");
     CHECK_EQ_U(st.num_device_alloc, st.num_device_free, "device allocs vs frees");
+    uint64_t fence_records, fences_live;
+    cci_sim_fence_counts(sim, &fence_records, NULL, &fences_live);
+    CHECK_EQ_U(st.num_fence_records, fence_records, "fence records vs device");
+    CHECK_EQ_U(fences_live, 0, "every fence released after empty_cache");
+    CHECK(!fence_lag || fence_records > 0, "%s: fenced frees recorded fences", name);
     printf("%-22s seed %llu: %ld ops, %llu device allocs, %ld OOMs, %llu retries, peak reserved %.1f MiB\n", name,
            (unsigned long long)seed, ops, (unsigned long long)st.num_device_alloc, ooms,
            (unsigned long long)st.num_alloc_retries, (double)st.reserved_bytes[CCI_POOL_ALL].peak / (double)MiB);
@@ -142,15 +194,19 @@ int main(void)
         const char *name;
         const char *conf;
         size_t capacity;
+        uint64_t fence_lag;
     } cases[] = {
-        {"default", "", (size_t)64 << 30},
-        {"default-tight", "", (size_t)3 << 30},
-        {"split-64", "max_split_size_mb:64", (size_t)8 << 30},
-        {"split-24-rounding-0", "max_split_size_mb:24,max_non_split_rounding_mb:0", (size_t)3 << 30},
-        {"roundup-4", "roundup_power2_divisions:4", (size_t)8 << 30},
-        {"roundup-list", "roundup_power2_divisions:[1:2,16:4,>:8]", (size_t)8 << 30},
-        {"gc-fraction", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", (size_t)8 << 30},
-        {"gc-split", "garbage_collection_threshold:0.3,max_split_size_mb:100", (size_t)4 << 30},
+        {"default", "", (size_t)64 << 30, 0},
+        {"default-tight", "", (size_t)3 << 30, 0},
+        {"split-64", "max_split_size_mb:64", (size_t)8 << 30, 0},
+        {"split-24-rounding-0", "max_split_size_mb:24,max_non_split_rounding_mb:0", (size_t)3 << 30, 0},
+        {"roundup-4", "roundup_power2_divisions:4", (size_t)8 << 30, 0},
+        {"roundup-list", "roundup_power2_divisions:[1:2,16:4,>:8]", (size_t)8 << 30, 0},
+        {"gc-fraction", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", (size_t)8 << 30, 0},
+        {"gc-split", "garbage_collection_threshold:0.3,max_split_size_mb:100", (size_t)4 << 30, 0},
+        {"fenced", "", (size_t)64 << 30, 3},
+        {"fenced-tight", "", (size_t)3 << 30, 8},
+        {"fenced-split-gc", "max_split_size_mb:64,garbage_collection_threshold:0.5", (size_t)4 << 30, 2},
     };
     long total = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -162,10 +218,11 @@ int main(void)
             continue;
         }
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            run(cases[c].name, &cfg, cases[c].capacity, seed, ops);
+            run(cases[c].name, &cfg, cases[c].capacity, seed, ops, cases[c].fence_lag);
             total += ops;
         }
     }
+    free(waiting);
     printf("model check: %ld random operations in all\n", total);
     CHECK(total >= 1000000, "at least a million operations");
     return t_finish();

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+// The simulated device's fences: deterministic, so tests and replays decide when work completes.
+//
+// The device has a logical clock that advances by one at every fence record. A fence remembers its
+// stream and the clock value it was recorded at, and passes once the device has completed its
+// stream up to there. The device completes work in two ways: by itself, `lag` records behind the
+// host (lag 0, the default: at once, so every fence passes as soon as it is recorded and replays
+// behave as without fences), and when a test calls cci_sim_complete. A wait makes the device catch
+// up with the fence, as a real host wait ends when the device gets there, and is counted.
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "backend_sim_fence.h"
+
+typedef struct sim_stream {
+    uint64_t key;
+    uint64_t done;  // clock value this stream has completed up to
+} sim_stream;
+
+typedef struct sim_fence {
+    uint64_t stream;
+    uint64_t at;        // clock value at record; 0 marks a free slot
+    size_t next_free;   // free-slot chain (index + 1; 0 ends it)
+} sim_fence;
+
+struct cci_sim_fences {
+    pthread_mutex_t lock;
+    uint64_t clock;
+    uint64_t lag;
+    uint64_t done_all;  // every stream has completed up to here
+    sim_stream *streams;
+    size_t nstreams, stream_cap;
+    sim_fence *fences;
+    size_t nfences, fence_cap, free_head;
+    uint64_t records, waits, live;
+};
+
+cci_sim_fences *cci__sim_fences_create(void)
+{
+    cci_sim_fences *f = calloc(1, sizeof *f);
+    if (f)
+        pthread_mutex_init(&f->lock, NULL);
+    return f;
+}
+
+void cci__sim_fences_destroy(cci_sim_fences *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_destroy(&f->lock);
+    free(f->streams);
+    free(f->fences);
+    free(f);
+}
+
+// The stream's entry, created on first use (NULL on host out-of-memory). Lock held.
+static sim_stream *stream_entry(cci_sim_fences *f, uint64_t key)
+{
+    for (size_t i = 0; i < f->nstreams; i++)
+        if (f->streams[i].key == key)
+            return &f->streams[i];
+    if (f->nstreams == f->stream_cap) {
+        size_t cap = f->stream_cap ? f->stream_cap * 2 : 8;
+        sim_stream *n = realloc(f->streams, cap * sizeof *n);
+        if (!n)
+            return NULL;
+        f->streams = n;
+        f->stream_cap = cap;
+    }
+    f->streams[f->nstreams] = (sim_stream){key, 0};
+    return &f->streams[f->nstreams++];
+}
+
+static sim_fence *fence_at(cci_sim_fences *f, cci_fence h)
+{
+    return h >= 1 && h <= f->nfences && f->fences[h - 1].at ? &f->fences[h - 1] : NULL;
+}
+
+static int passed(cci_sim_fences *f, const sim_fence *x)
+{
+    if (f->clock - x->at >= f->lag || f->done_all >= x->at)
+        return 1;
+    if (x->stream == CCI_STREAM_ALL)
+        return 0;
+    const sim_stream *s = stream_entry(f, x->stream);
+    return s && s->done >= x->at;
+}
+
+static int sim_fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    int rc = CCI_EBACKEND;
+    pthread_mutex_lock(&f->lock);
+    if (stream != CCI_STREAM_ALL && !stream_entry(f, stream))
+        goto out;
+    if (!f->free_head && f->nfences == f->fence_cap) {
+        size_t cap = f->fence_cap ? f->fence_cap * 2 : 16;
+        sim_fence *n = realloc(f->fences, cap * sizeof *n);
+        if (!n)
+            goto out;
+        f->fences = n;
+        f->fence_cap = cap;
+    }
+    size_t slot;
+    if (f->free_head) {
+        slot = f->free_head - 1;
+        f->free_head = f->fences[slot].next_free;
+    } else {
+        slot = f->nfences++;
+    }
+    f->fences[slot] = (sim_fence){.stream = stream, .at = ++f->clock};
+    f->records++;
+    f->live++;
+    *out = slot + 1;
+    rc = CCI_OK;
+out:
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+static int sim_fence_query(void *ctx, int device, cci_fence h)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    sim_fence *x = fence_at(f, h);
+    int rc = x ? passed(f, x) : CCI_EBACKEND;
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+static int sim_fence_wait(void *ctx, int device, cci_fence h)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    int rc = CCI_OK;
+    pthread_mutex_lock(&f->lock);
+    sim_fence *x = fence_at(f, h);
+    if (!x) {
+        rc = CCI_EBACKEND;
+    } else if (!passed(f, x)) {
+        f->waits++;
+        if (x->stream == CCI_STREAM_ALL) {
+            f->done_all = x->at;
+        } else {
+            sim_stream *s = stream_entry(f, x->stream);  // exists: record created it
+            if (s->done < x->at)
+                s->done = x->at;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+static void sim_fence_release(void *ctx, int device, cci_fence h)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    sim_fence *x = fence_at(f, h);
+    if (x) {
+        x->at = 0;
+        x->next_free = f->free_head;
+        f->free_head = h;
+        f->live--;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+const cci_backend_fence_ops cci__sim_fence_ops = {
+    .record = sim_fence_record,
+    .query = sim_fence_query,
+    .wait = sim_fence_wait,
+    .release = sim_fence_release,
+};
+
+// ---- control from tests and replay (backend.h) -----------------------------------------------
+
+void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    f->lag = lag;
+    pthread_mutex_unlock(&f->lock);
+}
+
+void cci_sim_complete(cci_sim_device *sim, uint64_t stream)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    if (stream == CCI_STREAM_ALL) {
+        f->done_all = f->clock;
+    } else {
+        sim_stream *s = stream_entry(f, stream);
+        if (s)
+            s->done = f->clock;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+void cci_sim_fence_counts(const cci_sim_device *sim, uint64_t *records, uint64_t *waits, uint64_t *live)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    if (records)
+        *records = f->records;
+    if (waits)
+        *waits = f->waits;
+    if (live)
+        *live = f->live;
+    pthread_mutex_unlock(&f->lock);
+}

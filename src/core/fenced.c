@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+// Fenced frees: a freed block is reusable once a fence recorded after its free has passed, not
+// after a synchronisation of the whole device.
+//
+// Frees gather in an open batch. The batch gets its one fence when it is closed: when it reaches
+// the deferred queue's bounds (PENDING_BATCH blocks or the byte limit), or when an allocation would
+// otherwise grow the pool. A burst of frees thus costs one fence record, and closing at a miss
+// lets exactly the frees issued so far pass as early as the device allows.
+//
+// Every fence is recorded for CCI_STREAM_ALL. A block freed with cudaFree may have been used by any
+// of the program's streams (CUDA has no record of which), and the core does not track them; a fence
+// on the block's own stream would let a block used on a second stream be reused while that stream
+// still writes it. The backend knows which streams exist and makes "all" as cheap as they allow
+// (one event on the legacy stream covers every blocking stream). A further gain of one key for all:
+// fences are recorded in order on the same set of streams, so they pass in record order, and the
+// closed batches form a FIFO whose oldest entry is the only one worth querying.
+//
+// Nothing here blocks with the lock held: queries are cheap and non-blocking, and the one wait
+// (for the oldest fence that frees enough, before the pool would grow or an OOM be reported)
+// drops the lock around it.
+#include <stdlib.h>
+
+#include "allocator_impl.h"
+
+static size_t open_batch_limit(const cci_allocator *a)
+{
+    size_t limit = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current / PENDING_RESERVED_DIVISOR;
+    return limit < PENDING_MIN_BYTES ? PENDING_MIN_BYTES : limit;
+}
+
+// The blocks of a batch whose fence could not be recorded or waited for fall back to what
+// DEFERRED does: the next device synchronisation makes them reusable.
+static void defer_all(cci_allocator *a, cci_block *head)
+{
+    while (head) {
+        cci_block *n = head->pend_next;
+        a->fenced_count--;
+        cci__defer_block(a, head);
+        head = n;
+    }
+}
+
+static void close_open_batch(cci_allocator *a)
+{
+    if (!a->fopen_head)
+        return;
+    cci_block *head = a->fopen_head;
+    cci_fence_batch *fb = calloc(1, sizeof *fb);
+    a->fopen_head = a->fopen_tail = NULL;
+    a->fopen_count = a->fopen_bytes = 0;
+    if (!fb || a->fences->record(a->be.ctx, a->device, CCI_STREAM_ALL, &fb->fence) != CCI_OK) {
+        free(fb);
+        defer_all(a, head);
+        return;
+    }
+    a->st.num_fence_records++;
+    fb->head = head;
+    for (cci_block *b = head; b; b = b->pend_next) {
+        fb->tail = b;
+        fb->count++;
+        fb->bytes += b->size;
+    }
+    if (a->fb_tail)
+        a->fb_tail->next = fb;
+    else
+        a->fb_head = fb;
+    a->fb_tail = fb;
+}
+
+void cci__fenced_free(cci_allocator *a, cci_block *b)
+{
+    b->state = BLOCK_PENDING;
+    b->pend_next = NULL;
+    if (a->fopen_tail)
+        a->fopen_tail->pend_next = b;
+    else
+        a->fopen_head = b;
+    a->fopen_tail = b;
+    a->fopen_count++;
+    a->fopen_bytes += b->size;
+    a->fenced_count++;
+    if (a->fopen_count >= PENDING_BATCH || a->fopen_bytes >= open_batch_limit(a))
+        close_open_batch(a);
+}
+
+static void forget_batch(cci_allocator *a, cci_fence_batch *fb)
+{
+    a->fences->release(a->be.ctx, a->device, fb->fence);
+    free(fb);
+}
+
+static cci_fence_batch *unlink_oldest(cci_allocator *a)
+{
+    cci_fence_batch *fb = a->fb_head;
+    a->fb_head = fb->next;
+    if (!a->fb_head)
+        a->fb_tail = NULL;
+    return fb;
+}
+
+// The batch's blocks are dealt with; its record stays while a waiter still holds it.
+static void finish_batch(cci_allocator *a, cci_fence_batch *fb)
+{
+    fb->completed = 1;
+    if (!fb->waiters)
+        forget_batch(a, fb);
+}
+
+// Makes the oldest batch's blocks reusable: its fence has passed.
+static void complete_oldest(cci_allocator *a)
+{
+    cci_fence_batch *fb = unlink_oldest(a);
+    for (cci_block *b = fb->head, *n; b; b = n) {
+        n = b->pend_next;
+        a->fenced_count--;
+        cci__complete_block(a, b);
+    }
+    finish_batch(a, fb);
+}
+
+// The device cannot vouch for the oldest batch's fence: its blocks wait for a synchronisation.
+static void defer_oldest(cci_allocator *a)
+{
+    cci_fence_batch *fb = unlink_oldest(a);
+    defer_all(a, fb->head);
+    finish_batch(a, fb);
+}
+
+int cci__fenced_harvest(cci_allocator *a)
+{
+    close_open_batch(a);
+    int got = 0;
+    while (a->fb_head) {
+        int q = a->fences->query(a->be.ctx, a->device, a->fb_head->fence);
+        if (q == 0)
+            break;  // fences pass in record order: the newer ones are pending too
+        if (q < 0) {
+            defer_oldest(a);
+            continue;
+        }
+        complete_oldest(a);
+        got = 1;
+    }
+    return got;
+}
+
+// Waits for fb's fence with the lock dropped, then makes it and every older batch reusable (they
+// have passed too: fences pass in record order). 1 when it did; 0 when the wait failed, and those
+// batches' blocks then wait for a device synchronisation instead.
+static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
+{
+    fb->waiters++;
+    a->st.num_fence_waits++;
+    pthread_mutex_unlock(&a->lock);
+    int rc = a->fences->wait(a->be.ctx, a->device, fb->fence);
+    pthread_mutex_lock(&a->lock);
+    fb->waiters--;
+    if (fb->completed) {  // another thread dealt with it while the lock was dropped
+        if (!fb->waiters)
+            forget_batch(a, fb);
+        return 1;
+    }
+    for (;;) {
+        int last = a->fb_head == fb;  // fb may be freed by the call below
+        if (rc == CCI_OK)
+            complete_oldest(a);
+        else
+            defer_oldest(a);
+        if (last)
+            return rc == CCI_OK;
+    }
+}
+
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+{
+    size_t usable = 0;
+    for (cci_fence_batch *fb = a->fb_head; fb; fb = fb->next) {
+        // Only blocks of the request's pool and stream can serve it: the free set is kept apart by
+        // both. Merging with free neighbours can make more than the sum; this is the safe estimate.
+        for (cci_block *b = fb->head; b; b = b->pend_next)
+            if (b->small == small && b->stream == stream)
+                usable += b->size;
+        if (usable >= rounded)
+            return wait_batch(a, fb);
+    }
+    return 0;
+}
+
+int cci__fenced_drain(cci_allocator *a)
+{
+    int got = cci__fenced_harvest(a);
+    while (a->fb_tail)
+        got |= wait_batch(a, a->fb_tail);
+    return got;
+}
+
+void cci__fenced_destroy(cci_allocator *a, int release_fences)
+{
+    while (a->fb_head) {
+        cci_fence_batch *fb = a->fb_head;
+        a->fb_head = fb->next;
+        if (release_fences)
+            a->fences->release(a->be.ctx, a->device, fb->fence);
+        free(fb);
+    }
+    a->fb_tail = NULL;
+}

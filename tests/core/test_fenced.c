@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT
+// Fenced frees on the simulated device with a fence lag: a fenced block is never handed out before
+// its fence has passed; it is reused right after without growing the pool; a burst of frees costs
+// one fence; an allocation the pending fenced bytes could cover waits for the oldest sufficient
+// fence instead of reserving; the OOM ladder still works; without fences FENCED acts as DEFERRED.
+#include <string.h>
+
+#include "allocator_impl.h"
+#include "testutil.h"
+
+typedef struct fixture {
+    cci_sim_device *sim;
+    cci_allocator *a;
+    cci_stats st;
+    unsigned requested, completed;  // observer counts of FREE_REQUESTED / FREE_COMPLETED
+} fixture;
+
+static void observe(void *ud, const cci_event *ev)
+{
+    fixture *f = ud;
+    f->requested += ev->kind == CCI_EV_FREE_REQUESTED;
+    f->completed += ev->kind == CCI_EV_FREE_COMPLETED;
+}
+
+static void make(fixture *f, size_t capacity, uint64_t lag)
+{
+    memset(f, 0, sizeof *f);
+    cci_config cfg;
+    cci_config_default(&cfg);
+    f->sim = cci_sim_create(capacity);
+    cci_sim_set_fence_lag(f->sim, lag);
+    f->a = cci_allocator_create(0, &cfg, cci_sim_backend(f->sim));
+    cci_allocator_add_observer(f->a, observe, f);
+}
+
+static void done(fixture *f)
+{
+    char msg[256];
+    uint64_t live;
+    CHECK(cci_allocator_check(f->a, msg, sizeof msg) == 0, "invariants: %s", msg);
+    cci_allocator_destroy(f->a, 1);
+    cci_sim_fence_counts(f->sim, NULL, NULL, &live);
+    CHECK_EQ_U(live, 0, "every fence released by the end");
+    cci_sim_destroy(f->sim);
+}
+
+static const cci_stats *stats(fixture *f)
+{
+    cci_alloc_stats(f->a, &f->st);
+    return &f->st;
+}
+
+static uintptr_t must_alloc(fixture *f, size_t size, uint64_t stream)
+{
+    uintptr_t p = 0;
+    int rc = cci_malloc(f->a, size, stream, &p);
+    CHECK(rc == CCI_OK, "malloc(%zu) on stream %llu returned %d", size, (unsigned long long)stream, rc);
+    return p;
+}
+
+static int block_state(fixture *f, uintptr_t p)
+{
+    cci_layout l;
+    int state = -1;
+    if (cci_layout_take(f->a, &l) != 0)
+        return -1;
+    for (size_t i = 0; i < l.nsegments; i++)
+        for (size_t k = 0; k < l.segments[i].nblocks; k++)
+            if (l.segments[i].blocks[k].addr == p)
+                state = l.segments[i].blocks[k].state;
+    cci_layout_free(&l);
+    return state;
+}
+
+static uint64_t sim_waits(fixture *f)
+{
+    uint64_t w;
+    cci_sim_fence_counts(f->sim, NULL, &w, NULL);
+    return w;
+}
+
+// Blocks of exactly 20 MiB fill their own segment, so only the freed block itself can serve.
+#define BIG (20 * MiB)
+
+static void test_reuse_only_after_fence(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    uintptr_t p = must_alloc(&f, BIG, 0);
+    CHECK(cci_free(f.a, p, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    CHECK_EQ_U(f.requested, 1, "FREE_REQUESTED at the free");
+    CHECK_EQ_U(f.completed, 0, "no FREE_COMPLETED before the fence");
+    CHECK_EQ_U(block_state(&f, p), 2, "the block shows as waiting");
+    CHECK_EQ_U(cci_cached_free_bytes(f.a), 0, "a waiting block is not cached-free");
+    // A miss of another stream closes the batch (one fence) but cannot use the block: no wait.
+    uintptr_t q = must_alloc(&f, BIG, 7);
+    CHECK(q != p, "the fenced block is not handed to another stream");
+    CHECK_EQ_U(stats(&f)->num_fence_records, 1, "the miss put the batch behind a fence");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and did not wait for it");
+    CHECK_EQ_U(block_state(&f, p), 2, "still waiting: its fence has not passed");
+    uint64_t segs = f.st.num_device_alloc;
+    cci_sim_complete(f.sim, CCI_STREAM_ALL);
+    uintptr_t r = must_alloc(&f, BIG, 0);
+    CHECK(r == p, "reused right after its fence passed");
+    CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and without a host wait");
+    CHECK_EQ_U(f.completed, 1, "FREE_COMPLETED when it became reusable");
+    done(&f);
+}
+
+static void test_burst_one_fence(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 0);
+    uintptr_t p[20];
+    for (int i = 0; i < 20; i++)
+        p[i] = must_alloc(&f, 2 * MiB, 0);
+    uint64_t segs = stats(&f)->num_device_alloc;
+    for (int i = 0; i < 20; i++)
+        cci_free(f.a, p[i], 0, CCI_FREE_FENCED);
+    CHECK_EQ_U(stats(&f)->num_fence_records, 0, "frees alone record no fence below the bounds");
+    for (int i = 0; i < 20; i++)
+        must_alloc(&f, 2 * MiB, 0);
+    CHECK_EQ_U(stats(&f)->num_fence_records, 1, "a burst of 20 frees cost one fence");
+    CHECK_EQ_U(f.st.num_device_alloc, segs, "lag 0: all reused, the pool did not grow");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "lag 0: no wait");
+    done(&f);
+
+    // The block bound closes a batch by itself: PENDING_BATCH frees, one fence.
+    make(&f, (size_t)8 << 30, 1000);
+    static uintptr_t small[PENDING_BATCH + 10];
+    for (int i = 0; i < PENDING_BATCH + 10; i++)
+        small[i] = must_alloc(&f, 4 * KiB, 0);
+    for (int i = 0; i < PENDING_BATCH + 10; i++)
+        cci_free(f.a, small[i], 0, CCI_FREE_FENCED);
+    CHECK_EQ_U(stats(&f)->num_fence_records, 1, "the block bound closed exactly one batch");
+    done(&f);
+}
+
+static void test_wait_for_oldest_sufficient(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    uintptr_t a = must_alloc(&f, BIG, 0), b = must_alloc(&f, BIG, 0);
+    cci_free(f.a, a, 0, CCI_FREE_FENCED);
+    must_alloc(&f, BIG, 7);  // a miss: a's batch gets fence 1
+    cci_free(f.a, b, 0, CCI_FREE_FENCED);
+    must_alloc(&f, BIG, 7);  // b's batch gets fence 2
+    CHECK_EQ_U(stats(&f)->num_fence_records, 2, "two batches, two fences");
+    uint64_t segs = f.st.num_device_alloc;
+    uintptr_t r = must_alloc(&f, BIG, 0);
+    CHECK(r == a, "the allocation waited and took the oldest fenced block");
+    CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "instead of reserving a segment");
+    CHECK_EQ_U(f.st.num_fence_waits, 1, "one host wait");
+    CHECK_EQ_U(sim_waits(&f), 1, "the device was waited for once");
+    CHECK_EQ_U(block_state(&f, b), 2, "the newer fence was not waited for");
+    // More than the pending fenced bytes: reserving is the only way, so no wait.
+    must_alloc(&f, 2 * BIG, 0);
+    CHECK_EQ_U(stats(&f)->num_fence_waits, 1, "no wait when pending frees cannot cover the request");
+    CHECK_EQ_U(f.st.num_device_alloc, segs + 1, "it reserved instead");
+    cci_alloc_empty_cache(f.a);
+    CHECK(block_state(&f, b) == -1, "empty_cache waited for the last fence and gave b's segment back");
+    CHECK_EQ_U(stats(&f)->reserved_bytes[CCI_POOL_ALL].current, f.st.active_bytes[CCI_POOL_ALL].current,
+               "nothing cached or waiting is left");
+    done(&f);
+}
+
+static void test_oom_ladder(void)
+{
+    fixture f;
+    make(&f, 100 * MiB, 1000);
+    uintptr_t p = must_alloc(&f, 60 * MiB, 0);
+    cci_free(f.a, p, 0, CCI_FREE_FENCED);
+    // Stream 7 cannot use p; the device has 40 MiB left: the last resort waits for every fence,
+    // gives back the cached segment and retries.
+    uintptr_t q = 0;
+    CHECK(cci_malloc(f.a, 60 * MiB, 7, &q) == CCI_OK, "the retry ladder found room");
+    CHECK_EQ_U(stats(&f)->num_alloc_retries, 1, "one retry");
+    CHECK_EQ_U(f.st.num_ooms, 0, "no OOM");
+    CHECK_EQ_U(f.st.num_fence_waits, 1, "the host waited for the fence before the retry");
+    CHECK(cci_malloc(f.a, 60 * MiB, 0, &p) == CCI_EOOM, "real exhaustion still fails");
+    CHECK_EQ_U(stats(&f)->num_ooms, 1, "OOM counted");
+    cci_free(f.a, q, 7, CCI_FREE_FENCED);
+    done(&f);  // destroying with a fence pending releases it
+}
+
+static int no_sync_calls;
+static int count_sync(void *ctx, int device)
+{
+    (void)ctx, (void)device;
+    no_sync_calls++;
+    return CCI_OK;
+}
+
+static void test_without_fences(void)
+{
+    // The simulated device's segment ops with no fence group and a counting synchronize.
+    cci_sim_device *sim = cci_sim_create((size_t)8 << 30);
+    cci_backend sb = cci_sim_backend(sim);
+    cci_backend_ops ops = *sb.ops;
+    ops.caps = 0;
+    ops.fence = NULL;
+    ops.synchronize = count_sync;
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_allocator *a = cci_allocator_create(0, &cfg, (cci_backend){&ops, sb.ctx});
+    uintptr_t p = 0, q = 0;
+    cci_malloc(a, 200 * MiB, 0, &p);
+    cci_free(a, p, 0, CCI_FREE_FENCED);
+    cci_malloc(a, 200 * MiB, 0, &q);
+    cci_stats st;
+    cci_alloc_stats(a, &st);
+    CHECK(q == p, "the deferred block was reused after a synchronisation");
+    CHECK_EQ_U(no_sync_calls, 1, "FENCED without fences synchronised the device, as DEFERRED does");
+    CHECK_EQ_U(st.num_sync_all_streams, 1, "counted as a device synchronisation");
+    CHECK_EQ_U(st.num_fence_records, 0, "no fence recorded");
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
+int main(void)
+{
+    test_reuse_only_after_fence();
+    test_burst_one_fence();
+    test_wait_for_oldest_sufficient();
+    test_oom_ladder();
+    test_without_fences();
+    return t_finish();
+}
