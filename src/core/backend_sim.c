@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "sim_vmm.h"
 
 #define SIM_BASE ((uintptr_t)0x7f0000000000ull)
 #define SIM_ALIGN ((uintptr_t)2 << 20)
@@ -15,6 +16,7 @@ struct cci_sim_device {
     size_t segments;
     uintptr_t next;          // addresses are never reused, so a stale pointer can never alias
     uint64_t fail_countdown; // fault injection: 0 = off
+    sim_vmm *vmm;            // the virtual-memory group (sim_vmm.c); shares lock and capacity
 };
 
 static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
@@ -24,7 +26,7 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
     pthread_mutex_lock(&s->lock);
     if (s->fail_countdown && --s->fail_countdown == 0) {
         rc = CCI_EOOM;
-    } else if (size > s->capacity - s->reserved) {
+    } else if (size > s->capacity - s->reserved - cci__sim_vmm_physical(s->vmm)) {
         rc = CCI_EOOM;
     } else {
         *addr = s->next;
@@ -56,6 +58,8 @@ static const cci_backend_ops sim_ops = {
     .release = sim_release,
     .capacity = sim_capacity,
     .synchronize = NULL,
+    .caps = CCI_CAP_VMM,
+    .vmm = &cci__sim_vmm_ops,
 };
 
 cci_sim_device *cci_sim_create(size_t capacity)
@@ -66,6 +70,11 @@ cci_sim_device *cci_sim_create(size_t capacity)
     pthread_mutex_init(&s->lock, NULL);
     s->capacity = capacity;
     s->next = SIM_BASE;
+    s->vmm = cci__sim_vmm_create(&s->lock, &s->reserved, capacity);
+    if (!s->vmm) {
+        cci_sim_destroy(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -73,6 +82,7 @@ void cci_sim_destroy(cci_sim_device *s)
 {
     if (!s)
         return;
+    cci__sim_vmm_destroy(s->vmm);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -88,3 +98,6 @@ void cci_sim_fail_reserve_at(cci_sim_device *s, uint64_t n)
 
 size_t cci_sim_reserved(const cci_sim_device *s) { return s->reserved; }
 size_t cci_sim_segments(const cci_sim_device *s) { return s->segments; }
+
+// ---- virtual memory (sim_vmm.c) -----------------------------------------------------------
+sim_vmm *cci__sim_vmm_of(void *ctx) { return ((cci_sim_device *)ctx)->vmm; }
