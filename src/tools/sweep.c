@@ -317,7 +317,8 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
     if (lowest->res.peak_reserved < rec->res.peak_reserved)
         fprintf(out,
                 "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
-                "(the default makes %llu; each is a cudaMalloc and later a cudaFree)\n",
+                "(the default makes %llu; each is a cudaMalloc and later a cudaFree, or in the VMM modes one run "
+                "of pages mapped)\n",
                 mib(lowest->res.peak_reserved), lowest->conf,
                 (unsigned long long)lowest->res.num_device_alloc,
                 (unsigned long long)def->res.num_device_alloc);
