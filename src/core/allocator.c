@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "expandable.h"
 #include "log.h"
 #include "stats_list.h"
 
@@ -52,6 +53,11 @@ static void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintp
         a->obs[i].fn(a->obs[i].ud, &ev);
 }
 
+void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
+{
+    notify(a, kind, stream, addr, size, 0);
+}
+
 // ---- block records ------------------------------------------------------------------------
 
 #define MAX_SPARE_BLOCKS 4096
@@ -77,6 +83,9 @@ static void block_drop(cci_allocator *a, cci_block *b)
     a->spare = b;
     a->nspare++;
 }
+
+cci_block *cci__block_new(cci_allocator *a) { return block_new(a); }
+void cci__block_drop(cci_allocator *a, cci_block *b) { block_drop(a, b); }
 
 // ---- segments -----------------------------------------------------------------------------
 
@@ -104,7 +113,7 @@ cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p)
 
 // Makes room for one more segment entry, so that the insert after a successful reservation
 // cannot fail and leak device memory.
-static int seg_grow(cci_allocator *a)
+int cci__seg_grow(cci_allocator *a)
 {
     if (a->nsegs < a->segcap)
         return 0;
@@ -117,7 +126,7 @@ static int seg_grow(cci_allocator *a)
     return 0;
 }
 
-static void seg_insert(cci_allocator *a, cci_segment *s)
+void cci__seg_insert(cci_allocator *a, cci_segment *s)
 {
     size_t i = seg_search(a, s->addr);
     memmove(&a->segs[i + 1], &a->segs[i], (a->nsegs - i) * sizeof *a->segs);
@@ -125,7 +134,7 @@ static void seg_insert(cci_allocator *a, cci_segment *s)
     a->nsegs++;
 }
 
-static void seg_remove(cci_allocator *a, cci_segment *s)
+void cci__seg_remove(cci_allocator *a, cci_segment *s)
 {
     size_t i = seg_search(a, s->addr) - 1;
     memmove(&a->segs[i], &a->segs[i + 1], (a->nsegs - i - 1) * sizeof *a->segs);
@@ -140,6 +149,8 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
     size_t size = cci_segment_size(rounded);
     if (retry)
         a->st.num_alloc_retries++;
+    if (a->exp)  // [expandable] grow the (stream, pool) segment instead of reserving a new one
+        return cci__exp_grow(a, rounded, small, stream, rc);
     size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     if (a->capped && (size > a->allowed_max || reserved > a->allowed_max - size)) {
         *rc = CCI_EOOM;
@@ -147,7 +158,7 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
     }
     cci_segment *s = calloc(1, sizeof *s);
     cci_block *b = block_new(a);
-    if (!s || !b || seg_grow(a) != 0) {
+    if (!s || !b || cci__seg_grow(a) != 0) {
         free(s);
         if (b)
             block_drop(a, b);
@@ -162,7 +173,7 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
         return NULL;
     }
     *s = (cci_segment){.addr = addr, .size = size, .stream = stream, .small = (uint8_t)small, .first = b};
-    seg_insert(a, s);
+    cci__seg_insert(a, s);
     *b = (cci_block){.addr = addr, .size = size, .stream = stream, .seg = s, .small = (uint8_t)small};
     stat_pool(a->st.segment, small, 1);
     stat_pool(a->st.reserved_bytes, small, (int64_t)size);
@@ -182,7 +193,7 @@ static void release_block(cci_allocator *a, cci_block *b)
     if (a->be.ops->release(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
         cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment failed; forgetting it", a->device,
                 s->size);
-    seg_remove(a, s);
+    cci__seg_remove(a, s);
     stat_pool(a->st.segment, small, -1);
     stat_pool(a->st.reserved_bytes, small, -(int64_t)s->size);
     if (is_oversize(a, s->size))
@@ -212,6 +223,8 @@ static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, u
     cci_block *b = cci_tree_lower_bound(a->free_tree[small], stream, rounded, 0);
     if (!b || b->stream != stream)
         return NULL;
+    if (b->seg->vmm)  // [expandable] keep a segment's growing end for what nothing else fits
+        b = cci__exp_best_fit(a, b, small, stream);
     size_t limit = a->cfg.max_split_size;
     if (rounded < limit && b->size >= limit)
         return NULL;  // a small request never takes an oversize block
@@ -264,7 +277,7 @@ static void free_block(cci_allocator *a, cci_block *b)
 static int should_split(const cci_allocator *a, const cci_block *b, size_t rounded)
 {
     size_t rest = b->size - rounded;
-    if (b->small)
+    if (b->small || b->seg->vmm)  // [expandable] PyTorch splits every remainder in these segments
         return rest >= SMALL_SPLIT_MIN;
     return rounded < a->cfg.max_split_size && rest > LARGE_SPLIT_MIN;
 }
@@ -423,6 +436,8 @@ static void release_cached_all(cci_allocator *a)
                 break;
         }
     }
+    if (a->exp)  // [expandable] free pages inside expandable segments (never whole blocks)
+        cci__exp_release_free(a);
 }
 
 // Frees cached oversize blocks that could serve this request: the smallest sufficient one, or
@@ -529,6 +544,11 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     a->st.version = CCI_STATS_VERSION;
     a->st.max_split_size = cfg->max_split_size == SIZE_MAX ? UINT64_MAX : cfg->max_split_size;
     a->st.device_capacity = a->capacity;
+    if (cci__exp_init(a) != 0) {
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        return NULL;
+    }
     a->live_anchor.state = BLOCK_FREE;  // never matches a lookup that wants a live block
     hash_oom = 0;
     HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
@@ -548,7 +568,9 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
     cci__fenced_destroy(a, release_segments);
     for (size_t i = 0; i < a->nsegs; i++) {
         cci_segment *s = a->segs[i];
-        if (release_segments)
+        if (s->vmm)  // [expandable]
+            cci__exp_segment_destroy(a, s, release_segments);
+        else if (release_segments)
             a->be.ops->release(a->be.ctx, a->device, s->addr, s->size);
         for (cci_block *b = s->first, *n; b; b = n) {
             n = b->next;
@@ -563,6 +585,7 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
         free(b);
     }
     cci_layout_free(&a->peak);
+    cci__exp_fini(a);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

@@ -26,6 +26,9 @@ typedef enum cci_free_mode {
 typedef enum cci_event_kind {
     CCI_EV_ALLOC, CCI_EV_FREE_REQUESTED, CCI_EV_FREE_COMPLETED,
     CCI_EV_SEGMENT_ALLOC, CCI_EV_SEGMENT_FREE, CCI_EV_OOM,
+    // 6 is taken by the binary trace's device record (trace/trace_bin.h).
+    CCI_EV_SEGMENT_MAP = 7,    ///< pages mapped into an expandable segment (addr, size: the pages)
+    CCI_EV_SEGMENT_UNMAP = 8,  ///< pages unmapped from an expandable segment
 } cci_event_kind;
 
 typedef struct cci_event {

@@ -56,6 +56,8 @@ struct cci_allocator {
     struct { cci_observer_fn fn; void *ud; } obs[CCI_MAX_OBSERVERS];
     int nobs;
 
+    struct cci_exp *exp;         // expandable-segment mode (expandable.c); NULL = ordinary segments
+
     int track_peak;
     int have_peak;
     cci_layout peak;
@@ -93,5 +95,12 @@ int cci__fenced_drain(cci_allocator *a);
 /// Forgets every batch; release_fences = 0 leaves the backend's handles alone (fork child).
 void cci__fenced_destroy(cci_allocator *a, int release_fences);
 cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p);
+// Segment bookkeeping and block records, shared with expandable.c.
+int cci__seg_grow(cci_allocator *a);
+void cci__seg_insert(cci_allocator *a, cci_segment *s);
+void cci__seg_remove(cci_allocator *a, cci_segment *s);
+cci_block *cci__block_new(cci_allocator *a);
+void cci__block_drop(cci_allocator *a, cci_block *b);
+void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size);
 
 #endif

@@ -122,5 +122,28 @@ void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag);
 void cci_sim_complete(cci_sim_device *sim, uint64_t stream);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.
 void cci_sim_fence_counts(const cci_sim_device *sim, uint64_t *records, uint64_t *waits, uint64_t *live);
+// ---- the simulated device's virtual-memory group (sim_vmm.c) --------------------------------
+// Page-accurate: address ranges without memory, physical pages counted against the capacity
+// together with ordinary segments, and mappings checked the way the driver checks them. Misuse
+// (a mapping over a mapped page, an unmap that does not cover whole mappings exactly, access on
+// unmapped bytes, freeing a range that still has pages mapped) fails with CCI_EBACKEND and is
+// counted in `errors`, its reason in `last_error`.
+typedef struct cci_sim_vmm_stats {
+    size_t granularity;
+    size_t va_ranges;       ///< address ranges reserved now
+    size_t pages;           ///< physical pages whose memory exists now
+    size_t physical_bytes;  ///< their bytes (counted against the capacity)
+    size_t mappings;
+    size_t mapped_bytes;
+    uint64_t page_creates, page_releases, maps, unmaps, set_access_calls, va_reserves;  ///< calls
+    uint64_t errors;        ///< calls the simulation refused as misuse
+    char last_error[160];
+} cci_sim_vmm_stats;
+
+void cci_sim_vmm_stats_get(cci_sim_device *sim, cci_sim_vmm_stats *out);
+/// Sets the page granularity (a power of two >= 512; default 2 MiB) before any VMM call; -1 after.
+int cci_sim_set_granularity(cci_sim_device *sim, size_t granularity);
+/// 1 when every byte of [va, va+size) is mapped and accessible, else 0.
+int cci_sim_vmm_accessible(cci_sim_device *sim, uintptr_t va, size_t size);
 
 #endif

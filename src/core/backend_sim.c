@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "backend_sim_fence.h"
+#include "sim_vmm.h"
 
 #define SIM_BASE ((uintptr_t)0x7f0000000000ull)
 #define SIM_ALIGN ((uintptr_t)2 << 20)
@@ -17,6 +18,7 @@ struct cci_sim_device {
     uintptr_t next;          // addresses are never reused, so a stale pointer can never alias
     uint64_t fail_countdown; // fault injection: 0 = off
     cci_sim_fences *fences;  // the fence group's state (backend_sim_fence.c)
+    sim_vmm *vmm;            // the virtual-memory group (sim_vmm.c); shares lock and capacity
 };
 
 static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
@@ -26,7 +28,7 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
     pthread_mutex_lock(&s->lock);
     if (s->fail_countdown && --s->fail_countdown == 0) {
         rc = CCI_EOOM;
-    } else if (size > s->capacity - s->reserved) {
+    } else if (size > s->capacity - s->reserved - cci__sim_vmm_physical(s->vmm)) {
         rc = CCI_EOOM;
     } else {
         *addr = s->next;
@@ -58,8 +60,9 @@ static const cci_backend_ops sim_ops = {
     .release = sim_release,
     .capacity = sim_capacity,
     .synchronize = NULL,
-    .caps = CCI_CAP_FENCES,
+    .caps = CCI_CAP_FENCES | CCI_CAP_VMM,
     .fence = &cci__sim_fence_ops,
+    .vmm = &cci__sim_vmm_ops,
 };
 
 cci_sim_device *cci_sim_create(size_t capacity)
@@ -75,6 +78,11 @@ cci_sim_device *cci_sim_create(size_t capacity)
     pthread_mutex_init(&s->lock, NULL);
     s->capacity = capacity;
     s->next = SIM_BASE;
+    s->vmm = cci__sim_vmm_create(&s->lock, &s->reserved, capacity);
+    if (!s->vmm) {
+        cci_sim_destroy(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -82,6 +90,7 @@ void cci_sim_destroy(cci_sim_device *s)
 {
     if (!s)
         return;
+    cci__sim_vmm_destroy(s->vmm);
     pthread_mutex_destroy(&s->lock);
     cci__sim_fences_destroy(s->fences);
     free(s);
@@ -100,3 +109,6 @@ size_t cci_sim_reserved(const cci_sim_device *s) { return s->reserved; }
 size_t cci_sim_segments(const cci_sim_device *s) { return s->segments; }
 
 cci_sim_fences *cci__sim_fences_of(const cci_sim_device *s) { return s->fences; }
+
+// ---- virtual memory (sim_vmm.c) -----------------------------------------------------------
+sim_vmm *cci__sim_vmm_of(void *ctx) { return ((cci_sim_device *)ctx)->vmm; }

@@ -19,7 +19,13 @@
 #include <string.h>
 #include <uthash.h>
 
-enum { BLOCK_FREE = 0, BLOCK_ALLOCATED = 1, BLOCK_PENDING = 2 };
+enum {
+    BLOCK_FREE = 0,
+    BLOCK_ALLOCATED = 1,
+    BLOCK_PENDING = 2,
+    BLOCK_UNMAPPED = 3,    // address space of an expandable segment with no memory behind it
+    BLOCK_RECLAIMING = 4,  // free pages being unmapped: out of the free set while the device syncs
+};
 
 typedef struct cci_segment cci_segment;
 
@@ -42,12 +48,21 @@ typedef struct cci_block {
     UT_hash_handle hh;        // live-block map, keyed by addr
 } cci_block;
 
+// An expandable segment (expandable.c): one address range, mapped page by page as it grows.
+typedef struct cci_vmm_seg {
+    size_t page;         // bytes per page: the unit of mapping and unmapping in this segment
+    size_t npages;       // pages the range holds
+    uint64_t *handles;   // the backend's page mapped at each page index, 0 where unmapped
+    size_t mapped;       // bytes mapped: what this segment counts as reserved
+} cci_vmm_seg;
+
 struct cci_segment {
     uintptr_t addr;
-    size_t size;
+    size_t size;         // bytes of address space (an expandable segment maps only part of it)
     uint64_t stream;
     uint8_t small;
     cci_block *first;
+    cci_vmm_seg *vmm;    // NULL for an ordinary segment (one reserve call, all of it memory)
 };
 
 // The free set: blocks ordered by (stream, size, addr). A treap with address-derived priorities

@@ -429,9 +429,15 @@ static int apply_fraction(parser *p, const key_def *k, const value *v)
 
 static int apply_expandable(parser *p, const key_def *k, const value *v)
 {
+    (void)k;
     p->c->expandable_segments = v->b;
-    if (v->b)
-        warnf(p, "%s:True is accepted but not honoured yet; ignored", k->name);
+    return 0;
+}
+
+static int apply_compact(parser *p, const key_def *k, const value *v)
+{
+    (void)k;
+    p->c->compact_segments = v->b;
     return 0;
 }
 
@@ -534,6 +540,7 @@ static const key_def keys[] = {
     {"immediate_reuse", KIND_BOOL, apply_immediate_reuse, TRUE_FALSE, 1, 0},
     {"memgetinfo_cached_as_free", KIND_BOOL, apply_memgetinfo, TRUE_FALSE, 1, 0},
     {"intercept_level", KIND_WORD, apply_intercept_level, "runtime, driver or both", 0, 0},
+    {"compact_segments", KIND_BOOL, apply_compact, TRUE_FALSE, 1, 0},
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -790,5 +797,7 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
     if (c->intercept_level != CCI_LEVEL_BOTH && c->intercept_level >= CCI_LEVEL_RUNTIME &&
         c->intercept_level <= CCI_LEVEL_BOTH)
         put(&o, ",intercept_level:%s", level_names[c->intercept_level]);
+    if (c->compact_segments)  // likewise: only when set
+        put(&o, ",compact_segments:True");
     return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }

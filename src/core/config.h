@@ -22,7 +22,8 @@ typedef struct cci_config {
     double gc_threshold;             ///< garbage_collection_threshold in (0,1); 0 = off
     double memory_fraction;          ///< per_process_memory_fraction in (0,1]; 0 = no cap
     int backend_async;               ///< backend:cudaMallocAsync: we step aside (pass-through)
-    int expandable_segments;         ///< accepted, not honoured yet (warned)
+    int expandable_segments;         ///< PyTorch's expandable segments (needs the backend's VMM group)
+    int compact_segments;            ///< our key: expandable segments that give free pages back
     int release_lock_on_cudamalloc;  ///< accepted; segments are still reserved under the allocator lock
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1

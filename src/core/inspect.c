@@ -142,7 +142,9 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
         if (i && a->segs[i - 1]->addr + a->segs[i - 1]->size > s->addr)
             rc = fail(msg, len, "segments %zu and %zu overlap", i - 1, i);
         seg[p]++;
-        reserved[p] += (int64_t)s->size;
+        // An expandable segment reserves only its mapped pages: its blocks other than UNMAPPED.
+        reserved[p] += (int64_t)(s->vmm ? s->vmm->mapped : s->size);
+        size_t mapped_blocks = 0;
         uintptr_t expect = s->addr;
         const cci_block *prev = NULL;
         for (cci_block *b = s->first; b && !rc; prev = b, b = b->next) {
@@ -154,9 +156,18 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
             else if (b->state == BLOCK_FREE && prev && prev->state == BLOCK_FREE)
                 rc = fail(msg, len, "free blocks %#lx and %#lx were not merged", (unsigned long)prev->addr,
                           (unsigned long)b->addr);
+            else if (b->state == BLOCK_UNMAPPED && (!s->vmm || (prev && prev->state == BLOCK_UNMAPPED)))
+                rc = fail(msg, len, "unmapped block %#lx outside an expandable segment or not merged",
+                          (unsigned long)b->addr);
+            else if (b->state == BLOCK_RECLAIMING)
+                rc = fail(msg, len, "block %#lx is still being reclaimed", (unsigned long)b->addr);
             expect = b->addr + b->size;
             int split_seg = b->prev || b->next;
-            if (b->state == BLOCK_FREE) {
+            if (b->state != BLOCK_UNMAPPED)
+                mapped_blocks += b->size;
+            if (b->state == BLOCK_UNMAPPED) {
+                // address space only: in neither the free set nor the live map
+            } else if (b->state == BLOCK_FREE) {
                 nfree[s->small]++;
                 if (cci_tree_lower_bound(a->free_tree[s->small], b->stream, b->size, b->addr) != b)
                     rc = fail(msg, len, "free block %#lx missing from its free set", (unsigned long)b->addr);
@@ -185,6 +196,11 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
         }
         if (!rc && expect != s->addr + s->size)
             rc = fail(msg, len, "blocks of segment %#lx do not cover it", (unsigned long)s->addr);
+        // Free bytes at either side of an unmapped hole lie in partly used pages, so the mapped
+        // pages are at least the bytes of the mapped blocks, and never a page more per block.
+        if (!rc && s->vmm && (s->vmm->mapped < mapped_blocks || s->vmm->mapped % s->vmm->page))
+            rc = fail(msg, len, "expandable segment %#lx: %zu bytes mapped for %zu bytes of blocks",
+                      (unsigned long)s->addr, s->vmm->mapped, mapped_blocks);
     }
     for (int small = 0; small < 2 && !rc; small++) {
         struct tree_count t = {0, small, 0, NULL};

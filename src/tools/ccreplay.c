@@ -15,13 +15,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ccreplay [--conf STR] [--capacity SIZE] [--json] TRACE\n"
-            "       ccreplay --sweep [--capacity SIZE] [--jobs N] TRACE\n"
+            "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
             "  --conf      allocator configuration, CCI_ALLOC_CONF grammar (default: PyTorch's defaults)\n"
             "  --capacity  simulated device size, e.g. 80G, 512M, 1048576; allocations past it count as\n"
             "              OOMs (default: unlimited)\n"
-            "  --json      print one JSON object instead of the table\n"
+            "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
+            "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
             "  --jobs      threads for --sweep (default: the number of online CPUs)\n"
             "exit status: 0 done, 1 out of host memory, 2 bad option or unreadable/malformed trace\n");
@@ -165,8 +166,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (sweep && (conf || json))
-        return bad("%s cannot be combined with --sweep", conf ? "--conf" : "--json");
+    if (sweep && conf)
+        return bad("%s cannot be combined with --sweep", "--conf");
     if (jobs && !sweep)
         return bad("%s only applies to --sweep", "--jobs");
 
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
         }
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        int rc = cci_sweep(&t, path, capacity, jobs, stdout, err, sizeof err);
+        int rc = cci_sweep(&t, path, capacity, jobs, json, stdout, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         cci_trace_free(&t);
         if (rc != 0) {

@@ -30,6 +30,11 @@ static const struct {
     {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.9", 1},
 };
 #define SEED_ADVICE "max_split_size_mb:128"
+// The virtual-memory modes are swept with PyTorch's default split and rounding rules (a split
+// limit together with expandable segments is a known leak in PyTorch, #123548), under each of
+// the gc variants above.
+static const char *const vmm_modes[] = {"expandable_segments:True", "compact_segments:True"};
+#define NVMM (sizeof vmm_modes / sizeof vmm_modes[0])
 
 typedef struct row {
     char conf[192];
@@ -118,6 +123,19 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
                 }
                 n++;
             }
+        for (size_t m = 0; m < NVMM; m++) {
+            row *r = &rows[n];
+            r->nkeys = 1 + (*gc_variants[g].conf ? 2 : 0);
+            snprintf(r->conf, sizeof r->conf, "%s%s%s", vmm_modes[m], *gc_variants[g].conf ? "," : "",
+                     gc_variants[g].conf);
+            cci_config_default(&r->cfg);
+            char perr[256];
+            if (cci_config_parse(&r->cfg, r->conf, "sweep", perr, sizeof perr, NULL, NULL) != 0) {
+                snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf, perr);
+                return 0;
+            }
+            n++;
+        }
     }
     return n;
 }
@@ -179,11 +197,55 @@ static void print_gain(FILE *out, const row *rec, const row *base, const char *l
     fputc('\n', out);
 }
 
-int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, FILE *out, char *err,
+// JSON string contents: our grid strings and trace paths, escaped so any byte is safe.
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void json_row(FILE *out, const row *r)
+{
+    fprintf(out, "{\"conf\": ");
+    json_str(out, r->conf);
+    fprintf(out,
+            ", \"peak_reserved_bytes\": %llu, \"peak_allocated_bytes\": %llu, \"num_device_alloc\": %llu, "
+            "\"num_ooms\": %llu}",
+            (unsigned long long)r->res.peak_reserved, (unsigned long long)r->res.peak_allocated,
+            (unsigned long long)r->res.num_device_alloc, (unsigned long long)r->res.num_ooms);
+}
+
+// One JSON object: the recommendation and every configuration in rank order. conf "" is the
+// default (CCI_ALLOC_CONF unset).
+static void print_json(FILE *out, const cci_trace *t, const char *name, size_t capacity, const row *rows,
+                       const size_t *order, size_t n, const row *rec)
+{
+    fprintf(out, "{\"trace\": ");
+    json_str(out, name);
+    fprintf(out, ", \"events\": %zu, \"capacity_bytes\": %llu, \"recommended\": ", t->n,
+            (unsigned long long)capacity);
+    json_row(out, rec);
+    fprintf(out, ", \"results\": [");
+    for (size_t k = 0; k < n; k++) {
+        fputs(k ? ", " : "", out);
+        json_row(out, &rows[order[k]]);
+    }
+    fprintf(out, "]}\n");
+}
+
+int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, int json, FILE *out, char *err,
               size_t errlen)
 {
-    size_t max = sizeof gc_variants / sizeof gc_variants[0] * sizeof split_mb / sizeof split_mb[0] *
-                 sizeof divisions / sizeof divisions[0];
+    size_t max = sizeof gc_variants / sizeof gc_variants[0] *
+                 (sizeof split_mb / sizeof split_mb[0] * sizeof divisions / sizeof divisions[0] + NVMM);
     row *rows = calloc(max, sizeof *rows);
     size_t *order = calloc(max, sizeof *order);
     pthread_t *th = calloc((size_t)(jobs > 0 ? jobs : 1), sizeof *th);
@@ -217,12 +279,18 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, F
 
     const row *def = &rows[0], *seed = find_row(rows, n, SEED_ADVICE), *lowest = &rows[order[0]];
     const row *rec = recommend(rows, order, n);
+    if (json) {
+        print_json(out, t, name, capacity, rows, order, n, rec);
+        rc = 0;
+        goto out;
+    }
     char cap[64] = "unlimited";
     if (capacity)
         snprintf(cap, sizeof cap, "%.1f MiB", mib(capacity));
     fprintf(out, "sweep of %s: %zu events, device capacity %s, %zu configurations\n", name, t->n, cap, n);
-    fprintf(out, "not swept: expandable_segments (not implemented in libccinterpose yet)%s\n\n",
-            capacity ? "" : "; garbage_collection_threshold (needs --capacity)");
+    if (!capacity)
+        fprintf(out, "not swept: garbage_collection_threshold (needs --capacity)\n");
+    fputc('\n', out);
     fprintf(out,
             "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  OOMs  CCI_ALLOC_CONF\n");
     for (size_t k = 0; k < n; k++) {
@@ -249,7 +317,8 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, F
     if (lowest->res.peak_reserved < rec->res.peak_reserved)
         fprintf(out,
                 "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
-                "(the default makes %llu; each is a cudaMalloc and later a cudaFree)\n",
+                "(the default makes %llu; each is a cudaMalloc and later a cudaFree, or in the VMM modes one run "
+                "of pages mapped)\n",
                 mib(lowest->res.peak_reserved), lowest->conf,
                 (unsigned long long)lowest->res.num_device_alloc,
                 (unsigned long long)def->res.num_device_alloc);

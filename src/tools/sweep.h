@@ -10,9 +10,12 @@
 #include "replay.h"
 
 /// Runs the grid on `jobs` threads (>= 1) and prints the ranked table and the recommendation to
-/// `out`. The output depends only on the trace and `capacity` (0 = unlimited), never on `jobs` or
-/// timing. 0, or -1 with one line in err (host out of memory, no thread could start).
-int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, FILE *out, char *err,
+/// `out`, or with `json` one JSON object: {"trace", "events", "capacity_bytes", "recommended":
+/// ROW, "results": [ROW, ...] in rank order}, each ROW {"conf", "peak_reserved_bytes",
+/// "peak_allocated_bytes", "num_device_alloc", "num_ooms"} ("conf": "" is the default). The
+/// output depends only on the trace and `capacity` (0 = unlimited), never on `jobs` or timing.
+/// 0, or -1 with one line in err (host out of memory).
+int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, int json, FILE *out, char *err,
               size_t errlen);
 
 #endif

@@ -7,7 +7,8 @@
 #include "trace_bin.h"
 
 _Static_assert(CCI_EV_ALLOC == 0 && CCI_EV_FREE_REQUESTED == 1 && CCI_EV_FREE_COMPLETED == 2 &&
-               CCI_EV_SEGMENT_ALLOC == 3 && CCI_EV_SEGMENT_FREE == 4 && CCI_EV_OOM == 5,
+               CCI_EV_SEGMENT_ALLOC == 3 && CCI_EV_SEGMENT_FREE == 4 && CCI_EV_OOM == 5 &&
+                   CCI_EV_SEGMENT_MAP == 7 && CCI_EV_SEGMENT_UNMAP == 8,
                "record action codes are the trace actions");
 
 // ---- little-endian coding -----------------------------------------------------------------

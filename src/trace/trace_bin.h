@@ -17,8 +17,8 @@
 #define CCI_TBIN_RECORD_SIZE 48u      ///< bytes per record written by this version
 #define CCI_TBIN_CAPACITY_OFFSET 24u  ///< where the recorder patches in the capacity later
 
-/// Record actions: 0–5 are cci_event_kind (allocator.h); 6 describes a device.
-enum { CCI_TBIN_DEVICE = 6, CCI_TBIN_ACTIONS = 7 };
+/// Record actions: 0–5 and 7–8 are cci_event_kind (allocator.h); 6 describes a device.
+enum { CCI_TBIN_DEVICE = 6, CCI_TBIN_ACTIONS = 9 };
 
 /// Requests are stored in 48 bits (256 TiB), sharing a word with the action and the device.
 #define CCI_TBIN_REQUEST_MAX ((UINT64_C(1) << 48) - 1)

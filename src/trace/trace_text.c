@@ -21,6 +21,8 @@ static const struct {
     {"segment_alloc", 13, CCI_EV_SEGMENT_ALLOC},
     {"segment_free", 12, CCI_EV_SEGMENT_FREE},
     {"oom", 3, CCI_EV_OOM},
+    {"segment_map", 11, CCI_EV_SEGMENT_MAP},
+    {"segment_unmap", 13, CCI_EV_SEGMENT_UNMAP},
 };
 
 static int hexval(char c)

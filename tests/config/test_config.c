@@ -76,7 +76,7 @@ static int same_config(const cci_config *a, const cci_config *b)
         a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
         a->immediate_reuse != b->immediate_reuse ||
         a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free ||
-        a->intercept_level != b->intercept_level)
+        a->intercept_level != b->intercept_level || a->compact_segments != b->compact_segments)
         return 0;
     for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
         if (a->roundup_divisions[i] != b->roundup_divisions[i])
@@ -406,6 +406,7 @@ static void test_bools(void)
         {"release_lock_on_cudamalloc", offsetof(cci_config, release_lock_on_cudamalloc)},
         {"immediate_reuse", offsetof(cci_config, immediate_reuse)},
         {"memgetinfo_cached_as_free", offsetof(cci_config, memgetinfo_cached_as_free)},
+        {"compact_segments", offsetof(cci_config, compact_segments)},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char s[128];
@@ -431,16 +432,14 @@ static void test_bools(void)
 static void test_notices(void)
 {
     cci_config c;
+    // expandable_segments is honoured now (expandable.c): no notice any more, either way.
     EXPECT_OK(&c, "expandable_segments:True");
-    CHECK(warned.n == 1);
-    CHECK(strcmp(warned.line[0], "CCI_ALLOC_CONF: expandable_segments:True is accepted but not "
-                                 "honoured yet; ignored") == 0);
+    CHECK(warned.n == 0);
     CHECK(c.expandable_segments == 1);
     EXPECT_OK(&c, "expandable_segments:False");
     CHECK(warned.n == 0);
-    // Once per occurrence.
-    EXPECT_OK(&c, "expandable_segments:True,expandable_segments:True");
-    CHECK(warned.n == 2);
+    EXPECT_OK(&c, "compact_segments:True,expandable_segments:True");
+    CHECK(warned.n == 0 && c.compact_segments == 1 && c.expandable_segments == 1);
 
     EXPECT_OK(&c, "graph_capture_record_stream_reuse:True");
     CHECK(warned.n == 1 && strstr(warned.line[0], "graph_capture_record_stream_reuse") &&
@@ -470,7 +469,7 @@ static void test_notices(void)
     }
     EXPECT_OK(&c, "pinned_use_cuda_host_register:True,pinned_num_register_threads:4,"
                   "pinned_use_background_threads:True,expandable_segments:True");
-    CHECK(warned.n == 4);
+    CHECK(warned.n == 3);  // the three pinned keys; expandable_segments is honoured
 
     EXPECT_ERROR("pinned_use_cuda_host_register:yes", "pinned_use_cuda_host_register", "True or False");
     EXPECT_ERROR("pinned_use_background_threads:", "pinned_use_background_threads", "empty value");
@@ -652,6 +651,12 @@ static void test_format(void)
                       "garbage_collection_threshold:0.8,expandable_segments:True,"
                       "release_lock_on_cudamalloc:True,per_process_memory_fraction:0.9,"
                       "immediate_reuse:True,memgetinfo_cached_as_free:False") == 0);
+    ROUNDTRIP(&c);
+    // Our compact_segments key is printed only when set, after the others.
+    EXPECT_OK(&c, "compact_segments:True");
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, ",compact_segments:True") != NULL && strstr(buf, "compact_segments:True") ==
+                                                               buf + strlen(buf) - strlen("compact_segments:True"));
     ROUNDTRIP(&c);
 
     static const char *const samples[] = {

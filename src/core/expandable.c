@@ -1,0 +1,524 @@
+// SPDX-License-Identifier: MIT
+// Expandable segments: one address range per (stream, pool), reserved without memory and mapped
+// page by page as the pool grows, so that a large request finds room at the end of the range
+// instead of needing a new, separately placed segment. What a block list looks like:
+//
+//   [FREE][ALLOCATED][FREE][UNMAPPED.....................................]
+//    ^ segment start        pages mapped so far end here ^
+//
+// UNMAPPED blocks are address space only: never in the free set, never merged with FREE ones.
+// Reserved bytes (the statistics, the fraction cap, garbage collection) count mapped pages only.
+//
+// Two modes share this file:
+// - CCI_EXP_PYTORCH (expandable_segments:True) reproduces PyTorch: pages of 2 MiB in the small
+//   pool and 20 MiB in the large pool, a free never unmaps, and pages go back only in empty_cache
+//   and in the last retry before an out-of-memory.
+// - CCI_EXP_COMPACT (compact_segments:True, ours) maps pages of the device's granularity in both
+//   pools, and when the pool must grow while more than a slack of what is mapped is free, first
+//   gives back the free pages (all of them, in one pass after one device sync) so that the growth
+//   reuses their memory. The backend may keep the released pages in a pool and remap them: the
+//   core only ever asks for pages when the pool grows and returns them when it shrinks, never on
+//   a cached allocation or free.
+#include <stdlib.h>
+#include <string.h>
+
+#include "expandable.h"
+#include "log.h"
+
+#define PYTORCH_SMALL_PAGE ((size_t)2 << 20)
+#define PYTORCH_LARGE_PAGE ((size_t)20 << 20)
+// Address space per segment when the device's size is unknown (or the simulated device is
+// unlimited): room for any realistic pool without ever mapping it.
+#define DEFAULT_VA ((size_t)256 << 30)
+// Compact mode gives free pages back before growing once free mapped bytes exceed
+// max(COMPACT_SLACK_MIN, mapped / COMPACT_SLACK_DIVISOR): small enough to stay within 3 % of
+// the allocated bytes, large enough that a steady state does not unmap and remap on every step.
+#define COMPACT_SLACK_DIVISOR 64
+#define COMPACT_SLACK_MIN ((size_t)32 << 20)
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+static void stat_add(cci_stat *s, int64_t d)
+{
+    s->current += d;
+    if (d > 0) {
+        s->allocated += d;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed -= d;
+    }
+}
+
+static void stat_pool(cci_stat *arr, int small, int64_t d)
+{
+    stat_add(&arr[CCI_POOL_ALL], d);
+    stat_add(&arr[pool_index(small)], d);
+}
+
+// ---- setup --------------------------------------------------------------------------------
+
+int cci__exp_init(cci_allocator *a)
+{
+    a->exp = NULL;
+    cci_exp_mode mode = a->cfg.compact_segments      ? CCI_EXP_COMPACT
+                        : a->cfg.expandable_segments ? CCI_EXP_PYTORCH
+                                                     : 0;
+    if (!mode)
+        return 0;
+    const cci_backend_vmm_ops *v = a->be.ops->vmm;
+    size_t g = (a->be.ops->caps & CCI_CAP_VMM) && v ? v->granularity(a->be.ctx, a->device) : 0;
+    if (!g) {
+        cci_log(CCI_LOG_WARNING, "device %d: %s needs the virtual-memory API, which this device does not "
+                                 "offer; using ordinary segments",
+                a->device, mode == CCI_EXP_COMPACT ? "compact_segments" : "expandable_segments");
+        return 0;
+    }
+    cci_exp *e = calloc(1, sizeof *e);
+    if (!e)
+        return -1;
+    e->mode = mode;
+    e->granularity = g;
+    if (mode == CCI_EXP_PYTORCH) {
+        e->page[1] = round_up(PYTORCH_SMALL_PAGE, g);
+        e->page[0] = round_up(PYTORCH_LARGE_PAGE, g);
+    } else {
+        e->page[0] = e->page[1] = g;
+    }
+    // PyTorch reserves 9/8 of the device per segment: room to move pages from earlier in the
+    // range to its end without running out of addresses.
+    size_t cap = a->capacity;
+    e->va_size = cap && cap < ((size_t)1 << 46) ? cap + cap / 8 : DEFAULT_VA;
+    a->exp = e;
+    return 0;
+}
+
+void cci__exp_fini(cci_allocator *a)
+{
+    free(a->exp);
+    a->exp = NULL;
+}
+
+// ---- block list surgery -------------------------------------------------------------------
+
+// Puts b (not in the free set) back as FREE, merged with FREE neighbours; returns the merged
+// block. Keeps the inactive-split counters: a free block of an expandable segment is always
+// part of a split range (the range is never wholly mapped).
+static cci_block *insert_free(cci_allocator *a, cci_block *b)
+{
+    cci_block *cands[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        cci_block *c = cands[i];
+        if (!c || c->state != BLOCK_FREE)
+            continue;
+        cci_tree_remove(&a->free_tree[c->small], c);
+        stat_pool(a->st.inactive_split, c->small, -1);
+        stat_pool(a->st.inactive_split_bytes, c->small, -(int64_t)c->size);
+        if (c == b->prev) {
+            b->addr = c->addr;
+            b->prev = c->prev;
+            if (b->prev)
+                b->prev->next = b;
+            else
+                b->seg->first = b;
+        } else {
+            b->next = c->next;
+            if (b->next)
+                b->next->prev = b;
+        }
+        b->size += c->size;
+        cci__block_drop(a, c);
+    }
+    b->state = BLOCK_FREE;
+    b->requested = 0;
+    b->gc_base = a->free_searches[b->small];
+    cci_tree_insert(&a->free_tree[b->small], b);
+    if (b->prev || b->next) {
+        stat_pool(a->st.inactive_split, b->small, 1);
+        stat_pool(a->st.inactive_split_bytes, b->small, (int64_t)b->size);
+    }
+    return b;
+}
+
+// Marks b UNMAPPED and merges it with UNMAPPED neighbours (address space has no statistics).
+static void insert_unmapped(cci_allocator *a, cci_block *b)
+{
+    b->state = BLOCK_UNMAPPED;
+    b->requested = 0;
+    cci_block *c = b->prev;
+    if (c && c->state == BLOCK_UNMAPPED) {
+        b->addr = c->addr;
+        b->size += c->size;
+        b->prev = c->prev;
+        if (b->prev)
+            b->prev->next = b;
+        else
+            b->seg->first = b;
+        cci__block_drop(a, c);
+    }
+    c = b->next;
+    if (c && c->state == BLOCK_UNMAPPED) {
+        b->size += c->size;
+        b->next = c->next;
+        if (b->next)
+            b->next->prev = b;
+        cci__block_drop(a, c);
+    }
+}
+
+// Splits [addr, addr+size) off the front of b into a new block placed before it; the new block
+// takes over b's place in the chain. NULL on host out-of-memory.
+static cci_block *split_front(cci_allocator *a, cci_block *b, size_t size)
+{
+    cci_block *f = cci__block_new(a);
+    if (!f)
+        return NULL;
+    *f = (cci_block){.addr = b->addr, .size = size, .stream = b->stream, .prev = b->prev, .next = b,
+                     .seg = b->seg, .small = b->small, .state = b->state};
+    if (b->prev)
+        b->prev->next = f;
+    else
+        b->seg->first = f;
+    b->prev = f;
+    b->addr += size;
+    b->size -= size;
+    return f;
+}
+
+// ---- mapping ------------------------------------------------------------------------------
+
+static void release_pages(cci_allocator *a, cci_vmm_seg *vs, size_t first, size_t n)
+{
+    const cci_backend_vmm_ops *v = a->be.ops->vmm;
+    for (size_t i = first; i < first + n; i++) {
+        if (vs->handles[i] && v->page_release(a->be.ctx, a->device, vs->handles[i]) != CCI_OK)
+            cci_log(CCI_LOG_WARNING, "device %d: releasing a physical page failed; forgetting it", a->device);
+        vs->handles[i] = 0;
+    }
+}
+
+// Maps enough pages at the start of the UNMAPPED block u to hold `size` bytes and returns the
+// FREE block they end up in (merged with a FREE neighbour). NULL with *rc when the device is full
+// or failed; pages this call created are then given back.
+static cci_block *map_front(cci_allocator *a, cci_block *u, size_t size, int *rc)
+{
+    cci_segment *s = u->seg;
+    cci_vmm_seg *vs = s->vmm;
+    const cci_backend_vmm_ops *v = a->be.ops->vmm;
+    size_t n = (size + vs->page - 1) / vs->page, first = (u->addr - s->addr) / vs->page, done = 0;
+    size_t bytes = n * vs->page;
+    *rc = CCI_OK;
+    // The block record for the rest comes first: host memory must not fail after device memory
+    // was mapped.
+    cci_block *head = bytes < u->size ? split_front(a, u, bytes) : u;
+    if (!head) {
+        *rc = CCI_EOOM;
+        return NULL;
+    }
+    for (; done < n && *rc == CCI_OK; done++) {
+        uint64_t h = 0;
+        *rc = v->page_create(a->be.ctx, a->device, vs->page, &h);
+        if (*rc != CCI_OK)
+            break;
+        *rc = v->map(a->be.ctx, a->device, head->addr + done * vs->page, vs->page, h);
+        if (*rc != CCI_OK) {
+            v->page_release(a->be.ctx, a->device, h);
+            break;
+        }
+        vs->handles[first + done] = h;
+    }
+    if (*rc == CCI_OK)
+        *rc = v->set_access(a->be.ctx, a->device, head->addr, bytes);  // one call for the whole run
+    if (*rc != CCI_OK) {
+        size_t mapped = 0;
+        while (mapped < n && vs->handles[first + mapped])
+            mapped++;
+        if (mapped && v->unmap(a->be.ctx, a->device, head->addr, mapped * vs->page) != CCI_OK)
+            cci_log(CCI_LOG_WARNING, "device %d: unmapping after a failed growth failed", a->device);
+        release_pages(a, vs, first, mapped);
+        if (head != u)
+            insert_unmapped(a, head);  // give the split back
+        return NULL;
+    }
+    vs->mapped += bytes;
+    stat_pool(a->st.reserved_bytes, s->small, (int64_t)bytes);
+    a->st.num_device_alloc++;
+    cci__notify(a, CCI_EV_SEGMENT_MAP, s->stream, head->addr, bytes);
+    return insert_free(a, head);
+}
+
+// A new segment for (stream, pool): one UNMAPPED block over its whole range.
+static cci_block *new_segment(cci_allocator *a, size_t rounded, int small, uint64_t stream, int *rc)
+{
+    cci_exp *e = a->exp;
+    size_t page = e->page[small];
+    size_t va = round_up(e->va_size, page);
+    if (va < round_up(rounded, page))
+        va = round_up(rounded, page);
+    cci_segment *s = calloc(1, sizeof *s);
+    cci_vmm_seg *vs = calloc(1, sizeof *vs);
+    uint64_t *handles = calloc(va / page, sizeof *handles);
+    cci_block *b = cci__block_new(a);
+    uintptr_t addr = 0;
+    *rc = !s || !vs || !handles || !b || cci__seg_grow(a) != 0 ? CCI_EOOM : CCI_OK;
+    if (*rc == CCI_OK)
+        *rc = a->be.ops->vmm->va_reserve(a->be.ctx, a->device, va, 0, &addr);
+    if (*rc != CCI_OK) {
+        free(s);
+        free(vs);
+        free(handles);
+        if (b)
+            cci__block_drop(a, b);
+        return NULL;
+    }
+    *vs = (cci_vmm_seg){.page = page, .npages = va / page, .handles = handles};
+    *s = (cci_segment){.addr = addr, .size = va, .stream = stream, .small = (uint8_t)small, .first = b, .vmm = vs};
+    *b = (cci_block){.addr = addr, .size = va, .stream = stream, .seg = s, .small = (uint8_t)small,
+                     .state = BLOCK_UNMAPPED};
+    cci__seg_insert(a, s);
+    stat_pool(a->st.segment, small, 1);
+    return b;
+}
+
+// The lowest-addressed place in an expandable segment of (stream, pool) where free and unmapped
+// blocks in a row add up to `rounded` bytes: the block that starts the row, or NULL.
+static cci_block *find_room(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+{
+    for (size_t i = 0; i < a->nsegs; i++) {
+        cci_segment *s = a->segs[i];
+        if (!s->vmm || s->stream != stream || s->small != small)
+            continue;
+        for (cci_block *u = s->first; u; u = u->next) {
+            if (u->state != BLOCK_UNMAPPED)
+                continue;
+            cci_block *start = u->prev && u->prev->state == BLOCK_FREE ? u->prev : u;
+            size_t bytes = 0;
+            for (cci_block *x = start; x && bytes < rounded && (x->state == BLOCK_FREE || x->state == BLOCK_UNMAPPED);
+                 x = x->next)
+                bytes += x->size;
+            if (bytes >= rounded)
+                return start;
+        }
+    }
+    return NULL;
+}
+
+static size_t free_mapped_bytes(const cci_allocator *a)
+{
+    return (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - a->st.active_bytes[CCI_POOL_ALL].current);
+}
+
+// Compact mode: is it time to give free pages back before growing?
+static int compact_should_reclaim(const cci_allocator *a, size_t grow_by)
+{
+    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
+    size_t slack = reserved / COMPACT_SLACK_DIVISOR;
+    if (slack < COMPACT_SLACK_MIN)
+        slack = COMPACT_SLACK_MIN;
+    if (free_mapped_bytes(a) > slack)
+        return 1;
+    // garbage_collection_threshold keeps its meaning here: mapped bytes past threshold × the
+    // allowed maximum make the pool give back what it can before it grows further.
+    return a->cfg.gc_threshold > 0 &&
+           (double)(reserved + grow_by) > a->cfg.gc_threshold * (double)a->allowed_max && free_mapped_bytes(a) > 0;
+}
+
+cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t stream, int *rc)
+{
+    cci_exp *e = a->exp;
+    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
+    // The fraction cap counts mapped bytes. PyTorch checks it against the segment a cudaMalloc
+    // would have asked for, whatever the growth maps; compact mode against the pages it maps.
+    size_t ask = e->mode == CCI_EXP_PYTORCH ? cci_segment_size(rounded) : round_up(rounded, e->page[small]);
+    if (a->capped && (ask > a->allowed_max || reserved > a->allowed_max - ask)) {
+        *rc = CCI_EOOM;
+        return NULL;
+    }
+    if (e->mode == CCI_EXP_COMPACT && compact_should_reclaim(a, ask)) {
+        e->reclaims++;
+        cci__exp_release_free(a);
+    }
+    cci_block *c = find_room(a, rounded, small, stream);
+    if (!c && !(c = new_segment(a, rounded, small, stream, rc)))
+        return NULL;
+    if (c->state == BLOCK_UNMAPPED && !(c = map_front(a, c, rounded < c->size ? rounded : c->size, rc)))
+        return NULL;
+    while (c->size < rounded) {
+        // The row find_room saw alternates FREE and UNMAPPED; each mapping merges into c.
+        cci_block *u = c->next;
+        if (!u || u->state != BLOCK_UNMAPPED) {
+            *rc = CCI_EBACKEND;
+            cci_log(CCI_LOG_ERROR, "device %d: expandable segment lost its unmapped tail", a->device);
+            return NULL;
+        }
+        size_t want = rounded - c->size;
+        if (!(c = map_front(a, u, want < u->size ? want : u->size, rc)))
+            return NULL;
+    }
+    cci_tree_remove(&a->free_tree[small], c);
+    return c;
+}
+
+cci_block *cci__exp_best_fit(cci_allocator *a, cci_block *b, int small, uint64_t stream)
+{
+    // A block's worth here is its size plus the unmapped space right after it: walk up the free
+    // set while the next block is worth less, so a block at a segment's growing end is taken
+    // only when no plain block of enough size exists.
+#define WORTH(x) ((x)->size + ((x)->next && (x)->next->state == BLOCK_UNMAPPED ? (x)->next->size : 0))
+    for (;;) {
+        cci_block *n = cci_tree_lower_bound(a->free_tree[small], stream, b->size, b->addr + 1);
+        if (!n || n->stream != stream || !b->seg->vmm || WORTH(n) >= WORTH(b))
+            return b;
+        b = n;
+    }
+#undef WORTH
+}
+
+// ---- giving pages back --------------------------------------------------------------------
+
+// The whole pages inside a free block: [*lo, *hi), empty when lo >= hi.
+static void inner_pages(const cci_block *b, uintptr_t *lo, uintptr_t *hi)
+{
+    const cci_segment *s = b->seg;
+    size_t page = s->vmm->page;
+    *lo = s->addr + round_up(b->addr - s->addr, page);
+    *hi = s->addr + (b->addr + b->size - s->addr) / page * page;
+}
+
+// Unmaps the whole pages of a RECLAIMING block and puts the pieces back: free bytes before and
+// after them as FREE blocks, the pages themselves as UNMAPPED address space.
+static void unmap_block(cci_allocator *a, cci_block *b)
+{
+    cci_segment *s = b->seg;
+    cci_vmm_seg *vs = s->vmm;
+    uintptr_t lo, hi;
+    inner_pages(b, &lo, &hi);
+    // b is still counted as an inactive split block; the pieces are counted as they are inserted.
+    stat_pool(a->st.inactive_split, b->small, -1);
+    stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)b->size);
+    int has_front = lo > b->addr, has_back = hi < b->addr + b->size;
+    cci_block *front = has_front ? split_front(a, b, lo - b->addr) : NULL;  // b now starts at lo
+    cci_block *pages = has_back && (front || !has_front) ? split_front(a, b, hi - b->addr) : b;
+    cci_block *back = has_back ? b : NULL;  // b now starts at hi, if anything is after the pages
+    if ((has_front && !front) || !pages) {
+        // Host out of memory: leave the memory mapped and the bytes free.
+        if (front)
+            insert_free(a, front);
+        insert_free(a, b);
+        return;
+    }
+    if (a->be.ops->vmm->unmap(a->be.ctx, a->device, lo, hi - lo) != CCI_OK) {
+        cci_log(CCI_LOG_WARNING, "device %d: unmapping %zu free bytes failed; keeping them mapped", a->device,
+                (size_t)(hi - lo));
+        if (front)
+            insert_free(a, front);
+        if (back)
+            insert_free(a, back);
+        insert_free(a, pages);
+        return;
+    }
+    release_pages(a, vs, (lo - s->addr) / vs->page, (hi - lo) / vs->page);
+    vs->mapped -= hi - lo;
+    stat_pool(a->st.reserved_bytes, s->small, -(int64_t)(hi - lo));
+    a->st.num_device_free++;
+    cci__notify(a, CCI_EV_SEGMENT_UNMAP, s->stream, lo, hi - lo);
+    if (front)
+        insert_free(a, front);
+    if (back)
+        insert_free(a, back);
+    insert_unmapped(a, pages);
+}
+
+static void release_segment(cci_allocator *a, cci_segment *s)
+{
+    cci_block *b = s->first;
+    if (a->be.ops->vmm->va_free(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
+        cci_log(CCI_LOG_WARNING, "device %d: freeing a %zu-byte address range failed; forgetting it", a->device,
+                s->size);
+    cci__seg_remove(a, s);
+    stat_pool(a->st.segment, s->small, -1);
+    cci__block_drop(a, b);
+    free(s->vmm->handles);
+    free(s->vmm);
+    free(s);
+}
+
+void cci__exp_release_free(cci_allocator *a)
+{
+    // 1. Take every free block that holds a whole page out of the free set, so that nothing is
+    //    handed out from it (and no later free merges into it) while the device catches up.
+    cci_block *list = NULL;
+    for (size_t i = 0; i < a->nsegs; i++) {
+        cci_segment *s = a->segs[i];
+        if (!s->vmm)
+            continue;
+        for (cci_block *b = s->first; b; b = b->next) {
+            uintptr_t lo, hi;
+            if (b->state != BLOCK_FREE)
+                continue;
+            inner_pages(b, &lo, &hi);
+            if (lo >= hi)
+                continue;
+            cci_tree_remove(&a->free_tree[b->small], b);
+            b->state = BLOCK_RECLAIMING;
+            b->pend_next = list;
+            list = b;
+        }
+    }
+    if (!list)
+        return;
+    // 2. A page may be unmapped only when no queued work can still touch it: a block freed on
+    //    its own stream is reusable there at once, but the device may still be running the
+    //    kernels that used it.
+    int synced = 1;
+    if (a->be.ops->synchronize) {
+        pthread_mutex_unlock(&a->lock);
+        synced = a->be.ops->synchronize(a->be.ctx, a->device) == CCI_OK;
+        pthread_mutex_lock(&a->lock);
+    }
+    // 3. Unmap (or, if the device could not be synchronised, put everything back).
+    while (list) {
+        cci_block *b = list;
+        list = b->pend_next;
+        b->pend_next = NULL;
+        if (synced) {
+            unmap_block(a, b);
+        } else {
+            stat_pool(a->st.inactive_split, b->small, -1);
+            stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)b->size);
+            insert_free(a, b);
+        }
+    }
+    // 4. A segment with nothing mapped is one UNMAPPED block: give its range back.
+    for (size_t i = a->nsegs; i-- > 0;) {
+        cci_segment *s = a->segs[i];
+        if (s->vmm && !s->vmm->mapped && s->first && !s->first->next && s->first->state == BLOCK_UNMAPPED)
+            release_segment(a, s);
+    }
+}
+
+void cci__exp_segment_destroy(cci_allocator *a, cci_segment *s, int release)
+{
+    cci_vmm_seg *vs = s->vmm;
+    const cci_backend_vmm_ops *v = a->be.ops->vmm;
+    if (release) {
+        // One unmap per run of mapped pages (the API charges per call), then the pages, then the
+        // range.
+        for (size_t i = 0; i < vs->npages;) {
+            if (!vs->handles[i]) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < vs->npages && vs->handles[j])
+                j++;
+            v->unmap(a->be.ctx, a->device, s->addr + i * vs->page, (j - i) * vs->page);
+            release_pages(a, vs, i, j - i);
+            i = j;
+        }
+        v->va_free(a->be.ctx, a->device, s->addr, s->size);
+    }
+    free(vs->handles);
+    free(vs);
+    s->vmm = NULL;
+}

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+// Expandable segments on the backend's virtual-memory group (expandable.c): the hooks that
+// allocator.c calls at its segment reserve, release and split points.
+#ifndef CCI_EXPANDABLE_H
+#define CCI_EXPANDABLE_H
+
+#include "allocator_impl.h"
+
+typedef enum cci_exp_mode {
+    CCI_EXP_PYTORCH = 1,  ///< expandable_segments:True, PyTorch's semantics
+    CCI_EXP_COMPACT = 2,  ///< compact_segments:True, ours: granularity pages, free pages given back
+} cci_exp_mode;
+
+typedef struct cci_exp {
+    cci_exp_mode mode;
+    size_t granularity;   ///< the backend's, queried once
+    size_t page[2];       ///< page size per pool: [0] large, [1] small
+    size_t va_size;       ///< address space reserved per segment
+    uint64_t reclaims;    ///< compact mode: passes that gave free pages back
+} cci_exp;
+
+/// Sets a->exp from the configuration and the backend: NULL when the configuration asks for
+/// ordinary segments, or when the backend has no VMM group (a warning says so). -1 on host OOM.
+int cci__exp_init(cci_allocator *a);
+void cci__exp_fini(cci_allocator *a);
+
+/// The block to hand out when the free set's best fit `b` lies in an expandable segment: among
+/// free blocks of the same stream, prefer one that cannot grow into unmapped space, as PyTorch
+/// does, so that the growing end of a segment is kept for requests nothing else can serve.
+cci_block *cci__exp_best_fit(cci_allocator *a, cci_block *b, int small, uint64_t stream);
+
+/// Grows (or creates) the expandable segment of (stream, pool) until a free block of at least
+/// `rounded` bytes exists; returns it out of the free set, ready for hand_out. NULL with *rc set
+/// (CCI_EOOM when the device or the cap says no).
+cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t stream, int *rc);
+
+/// Unmaps and releases every page of an expandable segment that holds only free bytes, after the
+/// device has passed all work queued so far, and gives back segments left with nothing mapped.
+/// Called by empty_cache and the last retry before an out-of-memory (and, in compact mode, when
+/// the pool grows while too much of it is free). Lock held; it is dropped around the sync.
+void cci__exp_release_free(cci_allocator *a);
+
+/// Allocator teardown: unmaps and releases the segment's pages and its range when `release`,
+/// then frees its page table (the caller frees the blocks and the segment).
+void cci__exp_segment_destroy(cci_allocator *a, cci_segment *s, int release);
+
+#endif
