@@ -560,17 +560,17 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     return a;
 }
 
-void cci_allocator_destroy(cci_allocator *a, int release_segments)
+void cci__allocator_clear(cci_allocator *a, int release)
 {
-    if (!a)
-        return;
     HASH_CLEAR(hh, a->live);
-    cci__fenced_destroy(a, release_segments);
+    cci__fenced_destroy(a, release);
+    a->fopen_head = a->fopen_tail = NULL;
+    a->fenced_count = 0;
     for (size_t i = 0; i < a->nsegs; i++) {
         cci_segment *s = a->segs[i];
         if (s->vmm)  // [expandable]
-            cci__exp_segment_destroy(a, s, release_segments);
-        else if (release_segments)
+            cci__exp_segment_destroy(a, s, release);
+        else if (release)
             a->be.ops->release(a->be.ctx, a->device, s->addr, s->size);
         for (cci_block *b = s->first, *n; b; b = n) {
             n = b->next;
@@ -578,14 +578,25 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
         }
         free(s);
     }
-    free(a->segs);
+    a->nsegs = 0;
     while (a->spare) {
         cci_block *b = a->spare;
         a->spare = b->pend_next;
         free(b);
     }
+    a->nspare = 0;
     cci_layout_free(&a->peak);
+    memset(&a->peak, 0, sizeof a->peak);
+    a->have_peak = 0;
     cci__exp_fini(a);
+}
+
+void cci_allocator_destroy(cci_allocator *a, int release_segments)
+{
+    if (!a)
+        return;
+    cci__allocator_clear(a, release_segments);
+    free(a->segs);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

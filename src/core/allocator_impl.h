@@ -73,6 +73,11 @@ struct cci_allocator {
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
 
 // Internal, lock held.
+/// Gives back (release = 1) or forgets (0) everything the allocator holds: fences, segments
+/// (ordinary and expandable), block records, the kept peak layout. The one teardown shared by
+/// cci_allocator_destroy and the in-place reset (allocator_reset.c); the lock and the segment
+/// array survive it.
+void cci__allocator_clear(cci_allocator *a, int release);
 int cci__layout_fill(cci_allocator *a, cci_layout *out);
 size_t cci__largest_free(cci_allocator *a);
 // The free path's two ends, shared with fenced.c: a freed block joins the deferred queue (made

@@ -12,6 +12,7 @@ static _Thread_local int anchor_oom;
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "expandable.h"
 #include "log.h"
 
 static void tell(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
@@ -38,35 +39,28 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
     if (!a)
         return;
     pthread_mutex_lock(&a->lock);
-    // The live map goes first: its entries are the block records freed below. The permanent
-    // anchor is re-added, so the map itself is never rebuilt from nothing on the hot path.
-    HASH_CLEAR(hh, a->live);
+    // Observers first, while every record still exists: each live block is freed, each segment
+    // given back, as a trace or timeline of the program would have shown it.
     for (size_t i = 0; i < a->nsegs; i++) {
         cci_segment *s = a->segs[i];
-        for (cci_block *b = s->first, *n; b; b = n) {
-            n = b->next;
+        for (cci_block *b = s->first; b; b = b->next) {
             if (b->state == BLOCK_ALLOCATED)
                 tell(a, CCI_EV_FREE_REQUESTED, b->stream, b->addr, b->size);
-            if (b->state != BLOCK_FREE)
+            if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
                 tell(a, CCI_EV_FREE_COMPLETED, b->stream, b->addr, b->size);
-            free(b);
         }
-        if (release_segments && a->be.ops->release(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
-            cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment at reset failed; forgetting it",
-                    a->device, s->size);
         tell(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size);
-        free(s);
     }
-    a->nsegs = 0;  // the array itself is kept for the segments to come
+    cci__allocator_clear(a, release_segments);
     a->free_tree[0] = a->free_tree[1] = NULL;
     a->free_searches[0] = a->free_searches[1] = 0;
     a->pend_head = a->pend_tail = NULL;
     a->pend_count = a->pend_bytes = 0;
     a->pend_seq = 0;
     reset_stats(a);
-    cci_layout_free(&a->peak);
-    memset(&a->peak, 0, sizeof a->peak);
-    a->have_peak = 0;
+    if (cci__exp_init(a) != 0)  // host out of memory: ordinary segments from now on
+        cci_log(CCI_LOG_WARNING, "device %d: expandable segments off after the reset (host out of memory)",
+                a->device);
     memset(&a->live_anchor.hh, 0, sizeof a->live_anchor.hh);
     anchor_oom = 0;
     HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
