@@ -11,7 +11,6 @@
 #include "allocator_impl.h"
 #include "expandable.h"
 #include "log.h"
-#include "stats_list.h"
 
 // uthash reports host out-of-memory through this flag instead of exiting the host process.
 static __thread int hash_oom;
@@ -520,118 +519,6 @@ static void garbage_collect(cci_allocator *a)
 
 // ---- public entry points ------------------------------------------------------------------
 
-cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend be)
-{
-    cci_allocator *a = calloc(1, sizeof *a);
-    if (!a)
-        return NULL;
-    // Critical sections are tens of nanoseconds: spinning briefly before sleeping in the kernel
-    // keeps a contended lock from turning every operation into a futex round trip.
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(&a->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-    a->device = device;
-    a->cfg = *cfg;
-    a->be = be;
-    a->fences = (be.ops->caps & CCI_CAP_FENCES) ? be.ops->fence : NULL;
-    a->capacity = be.ops->capacity ? be.ops->capacity(be.ctx, device) : 0;
-    size_t base = a->capacity ? a->capacity : SIZE_MAX;
-    a->capped = cfg->memory_fraction > 0 && a->capacity;
-    a->allowed_max = a->capped ? (size_t)(cfg->memory_fraction * (double)a->capacity) : base;
-    a->st.size = sizeof a->st;
-    a->st.version = CCI_STATS_VERSION;
-    a->st.max_split_size = cfg->max_split_size == SIZE_MAX ? UINT64_MAX : cfg->max_split_size;
-    a->st.device_capacity = a->capacity;
-    if (cci__exp_init(a) != 0) {
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
-    a->live_anchor.state = BLOCK_FREE;  // never matches a lookup that wants a live block
-    hash_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
-    if (hash_oom) {
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
-    return a;
-}
-
-void cci__allocator_clear(cci_allocator *a, int release)
-{
-    HASH_CLEAR(hh, a->live);
-    cci__fenced_destroy(a, release);
-    a->fopen_head = a->fopen_tail = NULL;
-    a->fenced_count = 0;
-    for (size_t i = 0; i < a->nsegs; i++) {
-        cci_segment *s = a->segs[i];
-        if (s->vmm)  // [expandable]
-            cci__exp_segment_destroy(a, s, release);
-        else if (release)
-            a->be.ops->release(a->be.ctx, a->device, s->addr, s->size);
-        for (cci_block *b = s->first, *n; b; b = n) {
-            n = b->next;
-            free(b);
-        }
-        free(s);
-    }
-    a->nsegs = 0;
-    while (a->spare) {
-        cci_block *b = a->spare;
-        a->spare = b->pend_next;
-        free(b);
-    }
-    a->nspare = 0;
-    cci_layout_free(&a->peak);
-    memset(&a->peak, 0, sizeof a->peak);
-    a->have_peak = 0;
-    cci__exp_fini(a);
-}
-
-void cci_allocator_destroy(cci_allocator *a, int release_segments)
-{
-    if (!a)
-        return;
-    cci__allocator_clear(a, release_segments);
-    free(a->segs);
-    pthread_mutex_destroy(&a->lock);
-    free(a);
-}
-
-void cci_allocator_fork_prepare(cci_allocator *a) { pthread_mutex_lock(&a->lock); }
-void cci_allocator_fork_parent(cci_allocator *a) { pthread_mutex_unlock(&a->lock); }
-
-void cci_allocator_fork_child(cci_allocator *a)
-{
-    // The forking thread took the lock in prepare and is the one thread that exists here.
-    pthread_mutex_unlock(&a->lock);
-    cci_allocator_destroy(a, 0);
-}
-
-int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
-{
-    pthread_mutex_lock(&a->lock);
-    int rc = -1;
-    if (a->nobs < CCI_MAX_OBSERVERS) {
-        a->obs[a->nobs].fn = fn;
-        a->obs[a->nobs].ud = ud;
-        a->nobs++;
-        rc = 0;
-    }
-    pthread_mutex_unlock(&a->lock);
-    return rc;
-}
-
-void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud)
-{
-    pthread_mutex_lock(&a->lock);
-    fn(ud);
-    pthread_mutex_unlock(&a->lock);
-}
-
 void cci_allocator_track_peak(cci_allocator *a, int on)
 {
     pthread_mutex_lock(&a->lock);
@@ -790,26 +677,3 @@ size_t cci_cached_free_bytes(cci_allocator *a)
     pthread_mutex_unlock(&a->lock);
     return n;
 }
-
-void cci_alloc_stats(cci_allocator *a, cci_stats *out)
-{
-    pthread_mutex_lock(&a->lock);
-    *out = a->st;
-    out->largest_free_block = cci__largest_free(a);
-    pthread_mutex_unlock(&a->lock);
-}
-
-void cci_alloc_reset_peaks(cci_allocator *a)
-{
-    pthread_mutex_lock(&a->lock);
-    // Every counter family of the one list, whether it is per pool (an array) or a single cci_stat.
-#define RESET_PEAKS(field, label, per_pool, bytes)                                                 \
-    for (size_t i = 0; i < sizeof a->st.field / sizeof(cci_stat); i++)                            \
-        ((cci_stat *)&a->st.field)[i].peak = ((cci_stat *)&a->st.field)[i].current;
-    CCI_STAT_FAMILIES(RESET_PEAKS)
-#undef RESET_PEAKS
-    pthread_mutex_unlock(&a->lock);
-}
-
-const cci_config *cci_allocator_config(const cci_allocator *a) { return &a->cfg; }
-int cci_allocator_device(const cci_allocator *a) { return a->device; }

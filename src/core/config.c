@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Parser and printer for the PYTORCH_CUDA_ALLOC_CONF grammar.
+// Parser for the PYTORCH_CUDA_ALLOC_CONF grammar (the printer is config_format.c).
 //
 // The string is read once, left to right, with a cursor; there is no token vector because the
 // only nesting in the grammar is the one bracket list of roundup_power2_divisions. Every key lives
@@ -462,12 +462,12 @@ static int apply_memgetinfo(parser *p, const key_def *k, const value *v)
     return 0;
 }
 
-static const char *const level_names[] = {NULL, "runtime", "driver", "both"};
+const char *const cci__level_names[4] = {NULL, "runtime", "driver", "both"};
 
 static int apply_intercept_level(parser *p, const key_def *k, const value *v)
 {
     for (int i = CCI_LEVEL_RUNTIME; i <= CCI_LEVEL_BOTH; i++) {
-        if (v->len == strlen(level_names[i]) && memcmp(v->text, level_names[i], v->len) == 0) {
+        if (v->len == strlen(cci__level_names[i]) && memcmp(v->text, cci__level_names[i], v->len) == 0) {
             p->c->intercept_level = i;
             return 0;
         }
@@ -697,107 +697,4 @@ int cci_config_parse(cci_config *c, const char *str, const char *varname, char *
         warnf(&q, "backend:cudaMallocAsync leaves every allocation to the CUDA driver; the other "
                   "allocator keys are ignored");
     return 0;
-}
-
-// ---- printing -------------------------------------------------------------------------------
-
-typedef struct outbuf {
-    char *buf;
-    size_t cap;
-    size_t len;  // what the whole string needs, even past cap
-} outbuf;
-
-static void put(outbuf *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(outbuf *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *dst = o->len < o->cap ? o->buf + o->len : NULL;
-    size_t room = o->len < o->cap ? o->cap - o->len : 0;
-    int n = vsnprintf(dst, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->len += (size_t)n;
-}
-
-// Shortest decimal that reads back as the same double, so the round trip is exact while the
-// common values stay readable (0.8, not 0.80000000000000004).
-static void put_double(outbuf *o, double d)
-{
-    char tmp[40];
-    for (int prec = 1; prec <= DBL_DECIMAL_DIG; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-        if (strtod(tmp, NULL) == d)
-            break;
-    }
-    put(o, "%s", tmp);
-}
-
-static const char *tf(int b)
-{
-    return b ? "True" : "False";
-}
-
-static uint64_t bytes_to_mib(size_t bytes)
-{
-    // SIZE_MAX came from a value too large to represent; print one the parser saturates again.
-    if (bytes == SIZE_MAX)
-        return (uint64_t)(SIZE_MAX / MIB) + 1;
-    return (uint64_t)(bytes / MIB);
-}
-
-// The list is rebuilt from the table: the first key closes the leading run (it fills everything
-// below itself), every interval up to the trailing run is named, and '>' covers the trailing run.
-static void put_roundup(outbuf *o, const unsigned *t)
-{
-    unsigned head = 0;
-    while (head + 1 < CCI_ROUNDUP_INTERVALS && t[head + 1] == t[0])
-        head++;
-    if (head == CCI_ROUNDUP_INTERVALS - 1) {
-        put(o, "%u", t[0]);
-        return;
-    }
-    unsigned tail = CCI_ROUNDUP_INTERVALS - 1;
-    while (tail > 0 && t[tail - 1] == t[CCI_ROUNDUP_INTERVALS - 1])
-        tail--;
-    put(o, "[%llu:%u", 1ULL << head, t[head]);
-    for (unsigned i = head + 1; i < tail; i++)
-        put(o, ",%llu:%u", 1ULL << i, t[i]);
-    put(o, ",>:%u]", t[tail]);
-}
-
-int cci_config_format(const cci_config *c, char *buf, size_t len)
-{
-    outbuf o = {.buf = buf, .cap = len};
-    if (buf && len)
-        buf[0] = '\0';
-    put(&o, "backend:%s", c->backend_async ? "cudaMallocAsync" : "native");
-    // "No limit" and "off" have no spelling the parser accepts, so those keys are left out.
-    if (c->max_split_size != SIZE_MAX)
-        put(&o, ",max_split_size_mb:%llu", (unsigned long long)bytes_to_mib(c->max_split_size));
-    put(&o, ",max_non_split_rounding_mb:%llu",
-        (unsigned long long)bytes_to_mib(c->max_non_split_rounding));
-    put(&o, ",roundup_power2_divisions:");
-    put_roundup(&o, c->roundup_divisions);
-    if (c->gc_threshold > 0.0) {
-        put(&o, ",garbage_collection_threshold:");
-        put_double(&o, c->gc_threshold);
-    }
-    put(&o, ",expandable_segments:%s", tf(c->expandable_segments));
-    put(&o, ",release_lock_on_cudamalloc:%s", tf(c->release_lock_on_cudamalloc));
-    if (c->memory_fraction > 0.0) {
-        put(&o, ",per_process_memory_fraction:");
-        put_double(&o, c->memory_fraction);
-    }
-    put(&o, ",immediate_reuse:%s", tf(c->immediate_reuse));
-    put(&o, ",memgetinfo_cached_as_free:%s", tf(c->memgetinfo_cached_as_free));
-    // Printed only when not the default, so the canonical string of every configuration that
-    // predates the key (reports, traces, golden files) stays what it was.
-    if (c->intercept_level != CCI_LEVEL_BOTH && c->intercept_level >= CCI_LEVEL_RUNTIME &&
-        c->intercept_level <= CCI_LEVEL_BOTH)
-        put(&o, ",intercept_level:%s", level_names[c->intercept_level]);
-    if (c->compact_segments)  // likewise: only when set
-        put(&o, ",compact_segments:True");
-    return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }

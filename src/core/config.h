@@ -32,6 +32,9 @@ typedef struct cci_config {
 
 void cci_config_default(cci_config *c);
 
+/// The intercept_level values by name, indexed by CCI_LEVEL_* (shared by parser and printer).
+extern const char *const cci__level_names[4];
+
 // Parses a `key:value,key:value` string over the defaults already in *c; on error *c is unchanged.
 // Returns 0 when the whole string is valid. On the first error returns -1 and writes one line
 // (no trailing newline) into err: the variable name, the key, the problem and the accepted form.
