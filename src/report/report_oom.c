@@ -61,6 +61,16 @@ static void put_wrapped(out *o, const char *prefix, const char *text)
     put(o, "\n");
 }
 
+// cci__human takes a signed count (it also prints differences), so a size of 2^63 or more, such as
+// a request computed from a negative number, would read as negative there.
+static const char *size_text(uint64_t v, char *buf, size_t buflen)
+{
+    if (v <= (uint64_t)INT64_MAX)
+        return cci__human((int64_t)v, buf, buflen);
+    snprintf(buf, buflen, "%.1f EiB", (double)v / 1152921504606846976.0);  // 2^60
+    return buf;
+}
+
 static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free)
 {
     char h1[16], h2[16], h3[16], h4[16];
@@ -76,25 +86,33 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
     uint64_t allocated = (uint64_t)st.allocated_bytes[CCI_POOL_ALL].current;
     uint64_t unalloc = reserved > allocated ? reserved - allocated : 0;
 
-    put(o, "CUDA out of memory. Tried to allocate %s. ", cci__human((int64_t)requested, h1, sizeof h1));
+    put(o, "CUDA out of memory. Tried to allocate %s. ", size_text(requested, h1, sizeof h1));
     if (st.device_capacity) {
         int estimate = device_free < 0;
         uint64_t free_b = !estimate ? (uint64_t)device_free
                           : st.device_capacity > reserved ? st.device_capacity - reserved : 0;
         put(o, "Device %d has a total capacity of %s of which %s is free%s. ", dev,
-            cci__human((int64_t)st.device_capacity, h2, sizeof h2), cci__human((int64_t)free_b, h3, sizeof h3),
+            size_text(st.device_capacity, h2, sizeof h2), size_text(free_b, h3, sizeof h3),
             estimate ? " (capacity minus our reservations; other users not counted)" : "");
     } else {
         put(o, "Device %d has an unknown total capacity. ", dev);
     }
     put(o, "Of the allocated memory %s is allocated by libccinterpose, and %s is reserved but unallocated.\n",
-        cci__human((int64_t)allocated, h2, sizeof h2), cci__human((int64_t)unalloc, h3, sizeof h3));
+        size_text(allocated, h2, sizeof h2), size_text(unalloc, h3, sizeof h3));
     put(o, "  Largest free block: %s. On this device so far: %llu OOM(s), %llu cudaMalloc retries.\n",
-        cci__human((int64_t)st.largest_free_block, h4, sizeof h4), (unsigned long long)st.num_ooms,
+        size_text(st.largest_free_block, h4, sizeof h4), (unsigned long long)st.num_ooms,
         (unsigned long long)st.num_alloc_retries);
     if (have_layout)
         put(o, "  Configuration: %s\n", d->config);
-    if (unalloc >= requested && st.largest_free_block < requested) {
+    // A request larger than the whole device is a wrong size, not a full device: no setting helps,
+    // and the retry it caused says nothing about how close to the limit the program runs.
+    int impossible = st.device_capacity && requested > st.device_capacity;
+    if (impossible) {
+        put_wrapped(o, "  * ",
+                    "The request alone is larger than the device's total capacity: no cache setting or "
+                    "smaller batch can make room for it. Check how the program computes this size (a "
+                    "negative or uninitialised value converted to an unsigned size reads like this).");
+    } else if (unalloc >= requested && st.largest_free_block < requested) {
         put_wrapped(o, "  * ",
                     "The reserved but unallocated memory would hold the request, but no free block is large "
                     "enough: the cache is fragmented. PyTorch would suggest expandable_segments:True, which "
@@ -111,6 +129,8 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
         for (size_t k = 0; k < d->nadvice; k++) {
             // Those two restate the failure itself, which the lines above already say.
             if (strcmp(d->advice[k].rule, "oom") == 0 || strcmp(d->advice[k].rule, "healthy") == 0)
+                continue;
+            if (impossible && strcmp(d->advice[k].rule, "retries") == 0)
                 continue;
             put_wrapped(o, "  * ", d->advice[k].text);
         }

@@ -42,6 +42,8 @@ typedef struct cci_trace {
 /// read by a restricted unpickler that builds plain data only (nothing in the file is ever run).
 /// 0, or -1 with one line in err that names the file and the problem.
 int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen);
+/// The same from `len` bytes in memory (the fuzz targets' entry); `path` names it in messages.
+int cci_trace_load_mem(const uint8_t *data, size_t len, const char *path, cci_trace *t, char *err, size_t errlen);
 /// Reads a text trace (docs/text-trace-format.md) from a file. 0, or -1 with one line in err
 /// naming the file, the line number and the problem.
 int cci_trace_read_text(const char *path, cci_trace *t, char *err, size_t errlen);

@@ -21,8 +21,17 @@
 #include "trace.h"
 #include "trace_bin.h"
 
-// A decompression bomb must fail with a message, not take the machine's memory.
+// Resource bounds for untrusted input (docs/reliability.md lists them):
+// - A decompression bomb must fail with a message, not take the machine's memory.
 #define MAX_DECOMPRESSED ((size_t)16 << 30)
+// - A pipe, FIFO or device (ccreplay /dev/zero) has no size to trust: its reading stops here. A
+//   regular file may grow while it is read by at most as much again.
+#define MAX_STREAM_INPUT ((size_t)1 << 30)
+// - The snapshot-to-trace step may examine at most this many values per byte of (decompressed)
+//   pickle. Each value a writer emits costs at least one byte, so a real snapshot, in which every
+//   event and every device trace is its own object, stays under 1; only memo references that share
+//   one container many times (an exponential expansion: 80 KB into 400 M events) go past it.
+#define MAX_VALUES_PER_BYTE 1
 
 typedef struct buffer {
     uint8_t *p;
@@ -60,13 +69,24 @@ static int read_file(const char *path, buffer *b, char *err, size_t errlen)
         return -1;
     }
     size_t want = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 20;
+    size_t limit = (S_ISREG(st.st_mode) ? (size_t)st.st_size : 0) + MAX_STREAM_INPUT;
     for (;;) {
+        if (b->n >= limit) {
+            snprintf(err, errlen, "%s: more than %zu MiB %s; refusing to read further (save the trace to a "
+                     "regular file)", path, limit >> 20,
+                     S_ISREG(st.st_mode) ? "and still growing while read" : "from a pipe or device");
+            close(fd);
+            return -1;
+        }
+        if (want > limit - b->n)
+            want = limit - b->n;
         if (buf_reserve(b, want)) {
             snprintf(err, errlen, "%s: out of memory reading the file", path);
             close(fd);
             return -1;
         }
-        ssize_t r = read(fd, b->p + b->n, b->cap - b->n);
+        size_t room = b->cap - b->n < limit - b->n ? b->cap - b->n : limit - b->n;
+        ssize_t r = read(fd, b->p + b->n, room);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -214,8 +234,26 @@ static int snapshot_action(const cci_pv *a)
 
 static int is_list(const cci_pv *v) { return v && (v->type == CCI_PV_LIST || v->type == CCI_PV_TUPLE); }
 
-static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t, char *err, size_t errlen)
+// Charges `n` examined values against the budget; one line in err when it runs out.
+static int spend(const char *path, uint64_t *budget, size_t n, uint64_t cap, char *err, size_t errlen)
 {
+    if (*budget >= n) {
+        *budget -= n;
+        return 0;
+    }
+    snprintf(err, errlen, "%s: refusing a snapshot that expands past %llu values (%d per pickle byte): "
+             "its memo references share containers, which no memory snapshot does",
+             path, (unsigned long long)cap, MAX_VALUES_PER_BYTE);
+    return -1;
+}
+
+static int snapshot_to_trace(const char *path, const cci_pv *root, size_t pickle_bytes, cci_trace *t, char *err,
+                             size_t errlen)
+{
+    // Every list element visited and every item of every event dict (each lookup scans them) is
+    // charged: the work and the events produced are then linear in the input's size.
+    const uint64_t cap = (uint64_t)pickle_bytes * MAX_VALUES_PER_BYTE;
+    uint64_t budget = cap;
     static const char *const fields[] = {"addr", "size", "stream"};
     if (!root || root->type != CCI_PV_DICT) {
         snprintf(err, errlen, "%s: not a memory snapshot: top level is a %s, not a dict", path,
@@ -238,6 +276,8 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
         memcpy(t->config, conf->s.p, conf->s.n);
         t->config[conf->s.n] = 0;
     }
+    if (spend(path, &budget, traces->c.n, cap, err, errlen))
+        return -1;
     for (size_t d = 0; d < traces->c.n; d++) {
         const cci_pv *evs = traces->c.v[d];
         if (!is_list(evs)) {
@@ -245,6 +285,8 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
                      d, cci_pv_type_name(evs));
             return -1;
         }
+        if (spend(path, &budget, evs->c.n, cap, err, errlen))
+            return -1;
         for (size_t i = 0; i < evs->c.n; i++) {
             const cci_pv *ev = evs->c.v[i];
             if (ev->type != CCI_PV_DICT) {
@@ -252,6 +294,8 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, cci_trace *t,
                          cci_pv_type_name(ev));
                 return -1;
             }
+            if (spend(path, &budget, ev->c.n, cap, err, errlen))
+                return -1;
             int action = snapshot_action(cci_pv_get(ev, "action"));
             if (action < 0) {
                 t->skipped++;  // 'snapshot' markers, user annotations: no allocator change
@@ -295,7 +339,7 @@ static int parse_snapshot(const char *path, const buffer *b, cci_trace *t, char 
     }
     memset(t, 0, sizeof *t);
     t->format = "snapshot";
-    int rc = snapshot_to_trace(path, root, t, err, errlen);
+    int rc = snapshot_to_trace(path, root, b->n, t, err, errlen);
     cci_pickle_free(doc);
     if (rc) {
         cci_trace_free(t);
@@ -306,13 +350,11 @@ static int parse_snapshot(const char *path, const buffer *b, cci_trace *t, char 
 
 // ---- entry points -------------------------------------------------------------------------
 
-int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen)
+int cci_trace_load_mem(const uint8_t *data, size_t len, const char *path, cci_trace *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    buffer raw = {0}, dec = {0};
+    buffer raw = {(uint8_t *)data, len, len}, dec = {0};
     int rc = -1;
-    if (read_file(path, &raw, err, errlen) != 0)
-        goto out;
     const buffer *b = &raw;
     const char *container = "";
     if (raw.n >= 6 && !memcmp(raw.p, XZ_MAGIC, 6)) {
@@ -344,8 +386,16 @@ int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen)
                  path, container);
     }
 out:
-    free(raw.p);
     free(dec.p);
+    return rc;
+}
+
+int cci_trace_load(const char *path, cci_trace *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    buffer raw = {0};
+    int rc = read_file(path, &raw, err, errlen) != 0 ? -1 : cci_trace_load_mem(raw.p, raw.n, path, t, err, errlen);
+    free(raw.p);
     return rc;
 }
 

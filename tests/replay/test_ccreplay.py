@@ -236,6 +236,68 @@ def malicious():
     expect_error(write("persid.pickle", b"\x80\x02X\x01\x00\x00\x00aQ."), "BINPERSID", "persistent id")
 
 
+def run_bounded(args, seconds, mem_bytes):
+    """ccreplay under a wall-clock limit and, except under a sanitizer (whose shadow memory needs
+    terabytes of address space), an address-space limit: exceeding either fails the check."""
+    import resource
+    sanitized = any(k in os.environ for k in ("ASAN_OPTIONS", "TSAN_OPTIONS"))
+
+    def limit():
+        if not sanitized:
+            resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+    try:
+        return subprocess.run([CCREPLAY, *args], capture_output=True, text=True, timeout=seconds, preexec_fn=limit)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def expect_bounded_error(args, needle, what, seconds, mem_bytes):
+    p = run_bounded(args, seconds, mem_bytes)
+    lines = p.stderr.splitlines() if p else []
+    check(p is not None and p.returncode == 2 and len(lines) == 1 and needle in lines[0],
+          f"{what}: want exit 2 within {seconds} s and {mem_bytes >> 20} MiB with one line containing "
+          f"{needle!r}; got " + (f"exit {p.returncode}, stderr {p.stderr[-300:]!r}" if p else "a timeout"))
+
+
+def hostile():
+    """Issue 14, items 3 and 4: small or endless input must fail fast in bounded memory."""
+    # Memo references sharing one container: 20 000 references to a list of 20 000 references to
+    # one event dict is an ~80 KB pickle that expands to 400 M events.
+    event = {"action": "alloc", "addr": 0, "size": 512, "stream": 0}
+    inner = [event] * 20000
+    bomb = pickle.dumps({"device_traces": [inner] * 20000}, protocol=4)
+    check(len(bomb) < 200_000, f"the hostile pickle should be small, is {len(bomb)} bytes")
+    for name, data in (("plain", bomb), ("xz", lzma.compress(bomb))):
+        expect_bounded_error([write(f"bomb.{name}", data)], "expands past", f"memo-sharing pickle ({name})",
+                             20, 1 << 30)
+    # Sharing that stays within the input's own size is still read: a list shared by two devices.
+    small = pickle.dumps({"device_traces": [inner[:3]] * 2}, protocol=4)
+    got = replay_json(write("shared2.pickle", small))
+    check(got.get("events") == 6, f"a list shared twice: want 6 events, got {got.get('events')}")
+    # Endless input that is not a regular file: a character device and a FIFO fed without end.
+    expect_bounded_error(["/dev/zero"], "from a pipe or device", "/dev/zero", 60, 3 << 30)
+    fifo = os.path.join(TMP, "endless.fifo")
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"exec cat /dev/zero > {fifo}"], stderr=subprocess.DEVNULL)
+    try:
+        expect_bounded_error([fifo], "from a pipe or device", "endless FIFO", 60, 3 << 30)
+    finally:
+        writer.kill()
+        writer.wait()
+    # A FIFO carrying a real trace still works.
+    import threading
+
+    def feed():
+        with open(fifo, "wb") as f:  # blocks until ccreplay opens the FIFO
+            f.write(text_trace(synthetic_events(5, 100)))
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    p = run("--json", fifo)
+    feeder.join()
+    got = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(got.get("events", 0) >= 100, f"a text trace through a FIFO: exit {p.returncode} {p.stderr.strip()}")
+
+
 def sweep_deterministic(path, capacity):
     outs = []
     for jobs in (None, "1", "2", "3"):
@@ -289,6 +351,7 @@ def main():
             formats_agree()
             malformed()
             malicious()
+            hostile()
             ev = synthetic_events(4, 20000)
             sweep_deterministic(write("sweep.trace", text_trace(ev)), None)
             sweep_deterministic(write("sweep.bin", binary_trace(ev)), "6G")
