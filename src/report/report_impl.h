@@ -72,6 +72,12 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_json(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
 
+/// The what-if and expandable-segment sections (report_whatif.c), one call per form.
+void cci__whatif_text(cci_sb *b, const cci_report_device *d);
+void cci__vmm_text(cci_sb *b, const cci_report_device *d);
+void cci__whatif_json(cci_sb *b, const cci_report_device *d);
+void cci__whatif_html(cci_sb *b, const cci_report_device *d);
+
 // ---- analysis ---------------------------------------------------------------------------------
 void cci__frag_compute(const cci_layout *l, cci_report_frag *f);
 void cci__advice_compute(cci_report_device *d);
