@@ -41,9 +41,9 @@ static const char *secs(double s, char *buf, size_t len)
 
 static void text_row(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r, int current)
 {
-    char p[32];
-    cci__sb_printf(b, "  %17.1f  %10s  %13llu  %4llu  %s%s\n", mib(r->peak_reserved),
-                   current ? "current" : pct(r->peak_reserved, w->current.peak_reserved, p, sizeof p),
+    char p[32], q[40];
+    snprintf(q, sizeof q, "%s %%", pct(r->peak_reserved, w->current.peak_reserved, p, sizeof p));
+    cci__sb_printf(b, "  %17.1f  %10s  %13llu  %4llu  %s%s\n", mib(r->peak_reserved), current ? "current" : q,
                    (unsigned long long)r->num_device_alloc, (unsigned long long)r->num_ooms,
                    *r->conf ? r->conf : "(defaults)", current ? "  <- this run's setting" : "");
 }
