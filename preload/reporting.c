@@ -13,12 +13,18 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "history.h"
 #include "log.h"
 #include "real.h"
 #include "report.h"
 #include "state.h"
 
 static _Atomic(cci_report_timeline *) timelines[CCI_PL_MAX_DEVICES];
+static _Atomic(cci_history *) histories[CCI_PL_MAX_DEVICES];
+static uint64_t history_max = CCI_HISTORY_DEFAULT_MAX;
+static double whatif_seconds = CCI_WHATIF_DEFAULT_SECONDS;
+static char conf_text[256];
+static _Atomic int oom_measured[CCI_PL_MAX_DEVICES];
 static char report_pattern[1024];
 static char report_format[16];
 static int report_off;
@@ -38,6 +44,46 @@ void cci_pl_report_attach(int device, cci_allocator *a)
         atomic_store(&timelines[device], tl);
     } else if (tl) {
         cci_report_timeline_destroy(tl);
+    }
+    // Kept like the timeline, for the what-ifs at exit; a bounded buffer, not a growing one.
+    cci_stats st;
+    cci_alloc_stats(a, &st);
+    atomic_store(&histories[device], cci_history_attach(a, whatif_seconds > 0 ? history_max : 0,
+                                                        st.device_capacity));
+}
+
+// Threads for the replay: it runs after the program's work is done (exit) or while it waits
+// for its failure (OOM), so every online CPU may help, up to a point where threads stop paying.
+static int replay_jobs(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+}
+
+// The exit report's measurement step (cci_report_dump_measured): each device's history replayed
+// under the grid, the current setting and the configurations the advice would name.
+static void measure(cci_report_snapshot *s, void *ud)
+{
+    (void)ud;
+    for (int i = 0; i < s->ndevices; i++) {
+        cci_report_device *d = &s->devices[i];
+        cci_history *h = (unsigned)d->device < CCI_PL_MAX_DEVICES ? atomic_load(&histories[d->device]) : NULL;
+        cci_allocator *a = cci_state_allocator_peek(d->device);
+        if (!h || !a) {
+            snprintf(d->whatif.note, sizeof d->whatif.note, "%s",
+                     whatif_seconds <= 0 ? "CCI_WHATIF_SECONDS=0"
+                     : !history_max      ? "CCI_HISTORY_MAX=0: no history kept"
+                                         : "no history of this device was kept");
+            continue;
+        }
+        char extra[4][192];
+        size_t nextra = cci_report_whatif_candidates(d, extra, 4);
+        // The device's capacity matters only to a run that came near it (its OOMs and retries
+        // flushed the cache); otherwise replays at unlimited capacity leave out the grid's
+        // garbage-collection entries, which need one, and take a third of the time.
+        uint64_t capacity = d->stats.num_ooms || d->stats.num_alloc_retries ? d->stats.device_capacity : 0;
+        cci_history_measure(h, a, conf_text, (const char(*)[192])extra, nextra, capacity, whatif_seconds,
+                            replay_jobs(), &d->whatif);
     }
 }
 
@@ -75,7 +121,14 @@ void cci_pl_report_oom(int device, size_t requested)
     const cci_real_runtime *rt = cci_real_rt();
     if (rt->cudaMemGetInfo && rt->cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
         device_free = (long long)free_b;
-    cci_report_oom(STDERR_FILENO, a, atomic_load(&timelines[device]), requested, device_free);
+    // The first OOM of a device gets the replay's verdict (bounded like the exit's): a program
+    // that probes batch sizes by catching OOMs pays for it once, not on every probe.
+    char line[512] = "";
+    cci_history *h = atomic_load(&histories[device]);
+    if (h && !atomic_exchange(&oom_measured[device], 1))
+        cci_history_oom_line(h, a, conf_text, whatif_seconds, replay_jobs(), line, sizeof line);
+    cci_report_oom_extra extra = {.holders = NULL, .whatif = line};
+    cci_report_oom_ex(STDERR_FILENO, a, atomic_load(&timelines[device]), requested, device_free, &extra);
 }
 
 // ---- the exit report ------------------------------------------------------------------------
@@ -83,8 +136,12 @@ void cci_pl_report_oom(int device, size_t requested)
 // CUDA is already torn down when the exit sequence runs: the report reads host-side data only.
 void cci_pl_report_exit(void)
 {
-    if (!report_off)
-        dump(report_pattern, 0);
+    if (report_off)
+        return;
+    cci_allocator *allocs[CCI_PL_MAX_DEVICES];
+    cci_report_timeline *tls[CCI_PL_MAX_DEVICES];
+    int n = collect(allocs, tls);
+    cci_report_dump_measured(allocs, tls, n, report_pattern, report_format, 0, measure, NULL);
 }
 
 // ---- live dump on a signal --------------------------------------------------------------------
@@ -164,6 +221,11 @@ static void start_dumper(const cci_settings *st)
 void cci_pl_report_start(const cci_settings *st)
 {
     report_off = st->report_off;
+    history_max = st->history_max;
+    whatif_seconds = st->whatif_seconds;
+    snprintf(conf_text, sizeof conf_text, "%s", st->conf_text);
+    if (st->bad_whatif[0])
+        cci_log(CCI_LOG_WARNING, "%s: expected a plain number; keeping the default", st->bad_whatif);
     snprintf(report_pattern, sizeof report_pattern, "%s", st->report_pattern);
     if (st->report_too_long)
         cci_log(CCI_LOG_WARNING, "CCI_REPORT is longer than %zu bytes; reporting to stderr",
@@ -190,6 +252,9 @@ void cci_pl_report_atfork_child(void)
     }
     // They observe allocators the child has dropped (state's child handler runs first), and no
     // other thread exists here to read them: the one place where a timeline is freed.
-    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
         cci_report_timeline_destroy(atomic_exchange(&timelines[d], NULL));
+        cci_history_destroy(atomic_exchange(&histories[d], NULL));
+        atomic_store(&oom_measured[d], 0);
+    }
 }

@@ -115,6 +115,7 @@ static void read_config(cci_settings *s, const char *(*lookup)(const char *))
             s->conf_var = names[i];
     }
     s->conf_set = conf != NULL;
+    snprintf(s->conf_text, sizeof s->conf_text, "%s", conf ? conf : "");
     cci_config_default(&s->config);
     s->config_ok = !conf || cci_config_parse(&s->config, conf, s->conf_var, s->config_error,
                                              sizeof s->config_error, collect_notice, s) == 0;
@@ -144,6 +145,38 @@ static void read_report(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
+// CCI_HISTORY_MAX: a plain decimal of at most 12 digits. CCI_WHATIF_SECONDS: digits with at
+// most one point (no strtod: a host program's locale may expect a comma), at most 3600.
+static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
+{
+    s->history_max = (uint64_t)4 << 20;  // CCI_HISTORY_DEFAULT_MAX
+    s->whatif_seconds = 2.0;             // CCI_WHATIF_DEFAULT_SECONDS
+    const char *h = lookup("CCI_HISTORY_MAX");
+    if (h && *h) {
+        if (strlen(h) <= 12 && strspn(h, "0123456789") == strlen(h))
+            s->history_max = strtoull(h, NULL, 10);
+        else
+            snprintf(s->bad_whatif, sizeof s->bad_whatif, "CCI_HISTORY_MAX=%.40s", h);
+    }
+    const char *w = lookup("CCI_WHATIF_SECONDS");
+    if (w && *w) {
+        double v = 0, scale = 0;
+        int ok = strlen(w) <= 12;
+        for (const char *p = w; ok && *p; p++) {
+            if (*p == '.' && scale == 0)
+                scale = 1;
+            else if (*p >= '0' && *p <= '9')
+                v = scale ? v + (*p - '0') * (scale /= 10) : v * 10 + (*p - '0');
+            else
+                ok = 0;
+        }
+        if (ok && v <= 3600)
+            s->whatif_seconds = v;
+        else
+            snprintf(s->bad_whatif, sizeof s->bad_whatif, "CCI_WHATIF_SECONDS=%.40s", w);
+    }
+}
+
 void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
 {
     memset(s, 0, sizeof *s);
@@ -160,6 +193,7 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     s->rank = parse_rank(lookup("RANK"));
     if (s->rank < 0)
         s->rank = parse_rank(lookup("LOCAL_RANK"));
+    read_whatif(s, lookup);
 }
 
 static void read_process_settings(void)

@@ -29,6 +29,7 @@ typedef struct cci_settings {
     // CCI_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF: parsed once.
     const char *conf_var;           ///< the variable it came from (CCI_ALLOC_CONF when none)
     int conf_set;                   ///< one of them was set
+    char conf_text[256];            ///< its value as written (reports name the setting so)
     cci_config config;              ///< defaults plus the string; valid when config_ok
     int config_ok;
     char config_error[512];         ///< why it did not parse
@@ -50,6 +51,12 @@ typedef struct cci_settings {
     int trace_too_long;             ///< CCI_TRACE did not fit: no recording
 
     int rank;                       ///< RANK, else LOCAL_RANK (plain decimal); -1 when neither
+
+    // The exit-time what-ifs (history.h). CCI_HISTORY_MAX=N events kept per device (0 = no
+    // history, no what-ifs); CCI_WHATIF_SECONDS=S wall-clock bound of the replay (0 = none run).
+    uint64_t history_max;           ///< default CCI_HISTORY_DEFAULT_MAX (history.h)
+    double whatif_seconds;          ///< default 2
+    char bad_whatif[64];            ///< a refused value of either, "" when none (defaults kept)
 } cci_settings;
 
 /// The settings of this process, read on the first call (thread-safe, lock-free afterwards).

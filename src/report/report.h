@@ -118,6 +118,13 @@ typedef struct cci_report_frag {
     uint64_t free_blocks;
     uint64_t segments, small_segments;
     uint64_t blocks;
+    // Expandable (VMM) segments: their size is their address range; the layout marks the part
+    // with no memory behind it as unmapped blocks (state 3), which are neither free nor reserved.
+    uint64_t vmm_segments;
+    uint64_t address_space;    ///< address range of the VMM segments
+    uint64_t mapped;           ///< of which mapped (counted in `reserved`)
+    uint64_t unmapped_holes;   ///< unmapped runs inside or at the end of VMM segments
+    uint64_t unmapped;         ///< their bytes
     double ratio;              ///< 1 - largest_free / cached_free; 0 when nothing is free
     uint64_t hist_count[CCI_REPORT_HIST_BUCKETS];
     uint64_t hist_bytes[CCI_REPORT_HIST_BUCKETS];
@@ -125,8 +132,39 @@ typedef struct cci_report_frag {
 
 typedef struct cci_report_advice {
     char rule[24];    ///< stable identifier, e.g. "max_split_size"
-    char text[480];   ///< one paragraph, naming the figure it rests on
+    char *text;       ///< one paragraph, naming the figure it rests on (malloc'ed, never cut;
+                      ///< NULL only when the host ran out of memory, and then left out)
 } cci_report_advice;
+
+/// One configuration replayed over the run's own allocation history.
+typedef struct cci_report_whatif_row {
+    char conf[192];            ///< CCI_ALLOC_CONF grammar; "" = the defaults
+    uint64_t peak_reserved;
+    uint64_t peak_allocated;
+    uint64_t num_device_alloc;
+    uint64_t num_ooms;
+} cci_report_whatif_row;
+
+/// What-ifs: the program's allocation history, kept in memory by the preload, replayed at exit
+/// under the sweep's grid (src/tools/sweep.h). The preload fills this before the advice is
+/// derived (cci_report_dump_measured); the report library only prints it. state 0: not
+/// measured, and `note` says why.
+typedef struct cci_report_whatif {
+    int measured;                    ///< 1 when `current` and `rows` hold replayed figures
+    char note[192];                  ///< why not measured, or "" (shown as is)
+    uint64_t events;                 ///< history events replayed
+    uint64_t events_dropped;         ///< events past the history cap: not replayed
+    uint64_t history_cap;            ///< the cap (CCI_HISTORY_MAX), events
+    uint64_t capacity;               ///< device bytes the replay ran at (0 = unlimited)
+    double seconds;                  ///< wall clock the replay took
+    double bound_seconds;            ///< its bound (CCI_WHATIF_SECONDS)
+    size_t planned;                  ///< configurations planned (the current one included)
+    size_t replayed;                 ///< of those, replayed in full within the bound
+    cci_report_whatif_row current;   ///< the configuration the program ran with, replayed
+    size_t nrows;                    ///< every other configuration replayed in full,
+    cci_report_whatif_row *rows;     ///< ranked: fewest OOMs, lowest peak, fewest device allocs
+                                     ///< (malloc'ed; freed with the snapshot)
+} cci_report_whatif;
 
 typedef struct cci_report_device {
     int device;
@@ -141,7 +179,8 @@ typedef struct cci_report_device {
     cci_report_misses misses;
     int have_timeline;
     char config[1024];           ///< effective configuration, CCI_ALLOC_CONF grammar
-    int expandable_requested;    ///< expandable_segments:True was asked for (not honoured)
+    int expandable_requested;    ///< expandable_segments:True was asked for
+    cci_report_whatif whatif;    ///< replayed alternatives (measured by the preload at exit)
     size_t nadvice;
     cci_report_advice advice[CCI_REPORT_MAX_ADVICE];
 } cci_report_device;
@@ -169,6 +208,10 @@ void cci_report_derive(cci_report_snapshot *s);
 /// 1 when some device ever asked the device for memory through us: the exit report is printed
 /// only then.
 int cci_report_has_activity(const cci_report_snapshot *s);
+/// Configurations the advice rules would like measured beyond the sweep's grid (e.g. the
+/// max_split_size_mb the fragmentation misses point to), in CCI_ALLOC_CONF grammar, for the
+/// what-if replay. Call after the snapshot was taken. Returns how many were written (<= max).
+size_t cci_report_whatif_candidates(const cci_report_device *d, char (*confs)[192], size_t max);
 
 // ---- printing ------------------------------------------------------------------------------
 
@@ -208,6 +251,13 @@ void cci_report_close_destination(int fd);
 /// -1 error (already logged).
 int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
                     const char *pattern, const char *format, int force);
+/// The same, with `measure(s, ud)` called between taking the snapshot and deriving the advice:
+/// the preload's exit path fills each device's `whatif` there (and may take its time: no lock
+/// is held). measure NULL = cci_report_dump.
+typedef void (*cci_report_measure_fn)(cci_report_snapshot *s, void *ud);
+int cci_report_dump_measured(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
+                             const char *pattern, const char *format, int force,
+                             cci_report_measure_fn measure, void *ud);
 
 // ---- out of memory -------------------------------------------------------------------------
 
@@ -223,5 +273,20 @@ int cci_report_oom(int fd, cci_allocator *a, cci_report_timeline *tl, size_t req
 /// length (truncated at buflen - 1).
 size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl,
                              size_t requested, long long device_free);
+
+/// What the caller measured for an out-of-memory block, printed at its end. Every field may be
+/// NULL or "".
+typedef struct cci_report_oom_extra {
+    /// Hook for the call-site report (issue 16, who holds the memory): the top holders, already
+    /// formatted as lines, printed before the what-if line.
+    const char *holders;
+    /// One paragraph: the setting that a replay of the history up to this failure says would
+    /// have avoided it, or that none in the grid would (the preload's what-if, at the capacity).
+    const char *whatif;
+} cci_report_oom_extra;
+int cci_report_oom_ex(int fd, cci_allocator *a, cci_report_timeline *tl, size_t requested,
+                      long long device_free, const cci_report_oom_extra *extra);
+size_t cci_report_oom_format_ex(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl,
+                                size_t requested, long long device_free, const cci_report_oom_extra *extra);
 
 #endif

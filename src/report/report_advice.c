@@ -4,6 +4,8 @@
 // conservative, because advice that fires on every run is noise.
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "report_impl.h"
 
@@ -21,16 +23,100 @@
 static void add(cci_report_device *d, const char *rule, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void add(cci_report_device *d, const char *rule, const char *fmt, ...)
+// Paragraphs are built in a growable buffer: no advice is ever cut, however long the numbers
+// and configuration strings in it. A paragraph the host has no memory for is left out.
+static void add_sb(cci_report_device *d, const char *rule, cci_sb *b)
 {
-    if (d->nadvice >= CCI_REPORT_MAX_ADVICE)
+    char *text = NULL;
+    size_t len = 0;
+    if (cci__sb_finish(b, &text, &len) != 0)
         return;
+    if (d->nadvice >= CCI_REPORT_MAX_ADVICE) {
+        free(text);
+        return;
+    }
     cci_report_advice *a = &d->advice[d->nadvice++];
     snprintf(a->rule, sizeof a->rule, "%s", rule);
+    a->text = text;
+}
+
+static void add(cci_report_device *d, const char *rule, const char *fmt, ...)
+{
+    cci_sb b = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(a->text, sizeof a->text, fmt, ap);
+    cci__sb_vprintf(&b, fmt, ap);
     va_end(ap);
+    add_sb(d, rule, &b);
+}
+
+void cci__advice_clear(cci_report_device *d)
+{
+    for (size_t k = 0; k < d->nadvice; k++) {
+        free(d->advice[k].text);
+        d->advice[k].text = NULL;
+    }
+    d->nadvice = 0;
+}
+
+// ---- replayed figures ---------------------------------------------------------------------
+
+static const cci_report_whatif *measured(const cci_report_device *d)
+{
+    return d->whatif.measured ? &d->whatif : NULL;
+}
+
+// A replayed configuration is advice only when it peaks lower than the current one without
+// failing more often.
+static int is_lower(const cci_report_whatif *w, const cci_report_whatif_row *r)
+{
+    return r->num_ooms <= w->current.num_ooms && r->peak_reserved < w->current.peak_reserved;
+}
+
+static const cci_report_whatif_row *find_conf(const cci_report_whatif *w, const char *conf)
+{
+    for (size_t i = 0; i < w->nrows; i++)
+        if (!strcmp(w->rows[i].conf, conf))
+            return &w->rows[i];
+    return NULL;
+}
+
+// The best lower row (rows are ranked), or NULL when the current setting is the best.
+static const cci_report_whatif_row *best_lower(const cci_report_whatif *w)
+{
+    for (size_t i = 0; i < w->nrows; i++)
+        if (is_lower(w, &w->rows[i]))
+            return &w->rows[i];
+    return NULL;
+}
+
+static double mib(uint64_t b) { return (double)b / (double)CCI_MIB; }
+
+/// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)": the one phrasing of a measured
+/// gain, shared by every rule.
+void cci__whatif_gain(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r)
+{
+    uint64_t now = w->current.peak_reserved;
+    if (*r->conf)
+        cci__sb_printf(b, "%s", r->conf);
+    else
+        cci__sb_puts(b, "the defaults (CCI_ALLOC_CONF unset)");
+    cci__sb_printf(b, " would have peaked at %.1f MiB instead of %.1f MiB (\xe2\x88\x92%.1f %%)", mib(r->peak_reserved),
+                   mib(now), now ? 100.0 * (double)(now - r->peak_reserved) / (double)now : 0.0);
+}
+
+// One sentence for rules that name a cause, not a setting: what replay found best.
+static void best_clause(cci_sb *b, const cci_report_whatif *w)
+{
+    const cci_report_whatif_row *r = best_lower(w);
+    if (r) {
+        cci__sb_puts(b, " Replayed: ");
+        cci__whatif_gain(b, w, r);
+        cci__sb_puts(b, ".");
+    } else {
+        cci__sb_printf(b, " Replayed: no configuration of the grid peaks below the current %.1f MiB.",
+                       mib(w->current.peak_reserved));
+    }
 }
 
 static double share(uint64_t part, uint64_t whole) { return whole ? (double)part / (double)whole : 0.0; }
@@ -65,6 +151,8 @@ static void rule_failures(cci_report_device *d)
             (unsigned long long)st->num_alloc_retries, (unsigned long long)st->num_alloc_retries);
 }
 
+static unsigned long long mib_limit(const cci_report_misses *m) { return m->large_min_request / CCI_MIB; }
+
 static void rule_split(cci_report_device *d)
 {
     const cci_report_misses *m = &d->misses;
@@ -76,17 +164,31 @@ static void rule_split(cci_report_device *d)
         return;
     if (d->stats.max_split_size != UINT64_MAX && d->stats.max_split_size / CCI_MIB <= mib)
         return;  // a limit at least this strict is already set
-    add(d, "max_split_size",
-        "Try max_split_size_mb:%llu. %llu request(s) of %s or more needed a new segment (%s in all) "
-        "although the pool's cached free memory added up to the request (fragmentation misses above "
-        "20 MiB = %llu): large cached blocks had been split by smaller requests. With the limit, blocks "
-        "of %llu MiB and more are never split and stay whole for requests of their size. A split "
-        "limit can also raise the peak (unsplittable blocks serve fewer requests): record a trace "
-        "(CCI_TRACE) and compare with `ccreplay --conf` or `--sweep` before adopting it.",
-        (unsigned long long)mib, (unsigned long long)m->large_count,
-        cci__human((int64_t)m->large_min_request, h1, sizeof h1),
-        cci__human((int64_t)m->large_segment_bytes, h2, sizeof h2), (unsigned long long)m->large_count,
-        (unsigned long long)mib);
+    char conf[64];
+    snprintf(conf, sizeof conf, "max_split_size_mb:%llu", (unsigned long long)mib_limit(m));
+    const cci_report_whatif *w = measured(d);
+    const cci_report_whatif_row *r = w ? find_conf(w, conf) : NULL;
+    if (w && !(r && is_lower(w, r)))
+        return;  // measured, and not lower (or not measured in time): no advice to give
+    cci_sb b = {0};
+    cci__sb_printf(&b,
+                   "Try %s. %llu request(s) of %s or more needed a new segment (%s in all) although the "
+                   "pool's cached free memory added up to the request (fragmentation misses above 20 MiB = "
+                   "%llu): large cached blocks had been split by smaller requests. With the limit, blocks of "
+                   "%llu MiB and more are never split and stay whole for requests of their size.",
+                   conf, (unsigned long long)m->large_count, cci__human((int64_t)m->large_min_request, h1, sizeof h1),
+                   cci__human((int64_t)m->large_segment_bytes, h2, sizeof h2), (unsigned long long)m->large_count,
+                   (unsigned long long)mib);
+    if (r) {
+        cci__sb_puts(&b, " Replayed: ");
+        cci__whatif_gain(&b, w, r);
+        cci__sb_puts(&b, ".");
+    } else {
+        cci__sb_puts(&b, " A split limit can also raise the peak (unsplittable blocks serve fewer requests): "
+                         "record a trace (CCI_TRACE) and compare with `ccreplay --conf` or `--sweep` before "
+                         "adopting it.");
+    }
+    add_sb(d, "max_split_size", &b);
 }
 
 static void rule_unused_limit(cci_report_device *d)
@@ -108,16 +210,31 @@ static void rule_oversize_idle(cci_report_device *d)
     if (st->max_split_size == UINT64_MAX || share(f->oversize_free, f->reserved) < WASTE_SHARE ||
         f->oversize_free < WASTE_MIN_BYTES)
         return;
+    const cci_report_whatif *w = measured(d);
+    const cci_report_whatif_row *nolimit = w ? find_conf(w, "") : NULL;
+    if (w && !(nolimit && is_lower(w, nolimit)))
+        return;  // measured: dropping the limit does not help, and nothing else here is measured
     char h1[16];
-    add(d, "oversize_idle",
-        "%s, %s sat free in blocks of max_split_size_mb:%llu or more (free in blocks >= max_split_size; "
-        "oversize_segments.peak = %lld). Such a block serves only a request at most "
-        "max_non_split_rounding_mb smaller than itself, so most requests pass it by. Raise "
-        "max_non_split_rounding_mb or the limit, or drop the limit; `ccreplay --sweep` on a recorded "
-        "trace compares the choices.",
-        d->frag_peak.valid ? "At peak reserved" : "At exit", cci__human((int64_t)f->oversize_free, h1, sizeof h1),
-        (unsigned long long)(st->max_split_size / CCI_MIB), (long long)st->oversize_segments.peak);
+    cci_sb b = {0};
+    cci__sb_printf(&b,
+                   "%s, %s sat free in blocks of max_split_size_mb:%llu or more (free in blocks >= "
+                   "max_split_size; oversize_segments.peak = %lld). Such a block serves only a request at most "
+                   "max_non_split_rounding_mb smaller than itself, so most requests pass it by.",
+                   d->frag_peak.valid ? "At peak reserved" : "At exit",
+                   cci__human((int64_t)f->oversize_free, h1, sizeof h1), (unsigned long long)(st->max_split_size / CCI_MIB),
+                   (long long)st->oversize_segments.peak);
+    if (nolimit) {
+        cci__sb_puts(&b, " Dropping the limit: ");
+        cci__whatif_gain(&b, w, nolimit);
+        cci__sb_puts(&b, ".");
+    } else {
+        cci__sb_puts(&b, " Raise max_non_split_rounding_mb or the limit, or drop the limit; `ccreplay --sweep` on "
+                         "a recorded trace compares the choices.");
+    }
+    add_sb(d, "oversize_idle", &b);
 }
+
+static const char *const vmm_modes[] = {"expandable_segments:True", "compact_segments:True"};
 
 static void rule_waste(cci_report_device *d)
 {
@@ -128,15 +245,33 @@ static void rule_waste(cci_report_device *d)
     if (share(waste, res) < WASTE_SHARE || waste < WASTE_MIN_BYTES)
         return;
     char h1[16], h2[16], h3[16];
-    add(d, "peak_waste",
-        "At peak, %s was reserved but only %s allocated (%s, %.0f %% of reserved, unused%s). "
-        "expandable_segments:True is the usual cure, but libccinterpose %s; until it does, record a "
-        "trace and run `ccreplay --sweep` on it to find the setting with the lowest peak.",
-        cci__human((int64_t)res, h1, sizeof h1), cci__human((int64_t)alloc, h2, sizeof h2),
-        cci__human((int64_t)waste, h3, sizeof h3), 100.0 * share(waste, res),
-        exact ? "" : "; peaks of two counters, possibly from different moments",
-        d->expandable_requested ? "does not honour the expandable_segments:True you set yet"
-                                : "does not honour it yet");
+    cci_sb b = {0};
+    cci__sb_printf(&b, "At peak, %s was reserved but only %s allocated (%s, %.0f %% of reserved, unused%s).",
+                   cci__human((int64_t)res, h1, sizeof h1), cci__human((int64_t)alloc, h2, sizeof h2),
+                   cci__human((int64_t)waste, h3, sizeof h3), 100.0 * share(waste, res),
+                   exact ? "" : "; peaks of two counters, possibly from different moments");
+    const cci_report_whatif *w = measured(d);
+    if (!w) {
+        cci__sb_puts(&b, " Segments on the virtual-memory API are the usual cure: expandable_segments:True "
+                         "(PyTorch's) or compact_segments:True (ours). Record a trace (CCI_TRACE) and run "
+                         "`ccreplay --sweep` on it to measure them and find the setting with the lowest peak.");
+        add_sb(d, "peak_waste", &b);
+        return;
+    }
+    int named = 0;
+    for (size_t m = 0; m < sizeof vmm_modes / sizeof vmm_modes[0]; m++) {
+        const cci_report_whatif_row *r = find_conf(w, vmm_modes[m]);
+        if (!r || !is_lower(w, r))
+            continue;
+        cci__sb_puts(&b, named ? "; " : " Segments on the virtual-memory API, replayed: ");
+        cci__whatif_gain(&b, w, r);
+        named++;
+    }
+    if (named)
+        cci__sb_puts(&b, ".");
+    else
+        best_clause(&b, w);
+    add_sb(d, "peak_waste", &b);
 }
 
 static void rule_fragmentation(cci_report_device *d)
@@ -146,12 +281,17 @@ static void rule_fragmentation(cci_report_device *d)
         f->cached_free < WASTE_MIN_BYTES)
         return;
     char h1[16], h2[16];
-    add(d, "fragmentation",
-        "Fragmentation ratio %s is %.2f: %s free in %llu blocks, the largest only %s. Any larger "
-        "request needs a new segment. Short-lived allocations between long-lived ones cause this; "
-        "allocating long-lived buffers first keeps the holes together.",
-        d->frag_peak.valid ? "at peak" : "at exit", f->ratio, cci__human((int64_t)f->cached_free, h1, sizeof h1),
-        (unsigned long long)f->free_blocks, cci__human((int64_t)f->largest_free, h2, sizeof h2));
+    cci_sb b = {0};
+    cci__sb_printf(&b,
+                   "Fragmentation ratio %s is %.2f: %s free in %llu blocks, the largest only %s. Any larger "
+                   "request needs a new segment. Short-lived allocations between long-lived ones cause this; "
+                   "allocating long-lived buffers first keeps the holes together.",
+                   d->frag_peak.valid ? "at peak" : "at exit", f->ratio,
+                   cci__human((int64_t)f->cached_free, h1, sizeof h1), (unsigned long long)f->free_blocks,
+                   cci__human((int64_t)f->largest_free, h2, sizeof h2));
+    if (measured(d))
+        best_clause(&b, measured(d));
+    add_sb(d, "fragmentation", &b);
 }
 
 static void rule_pending(cci_report_device *d)
@@ -160,11 +300,15 @@ static void rule_pending(cci_report_device *d)
     if (!f->valid || share(f->pending, f->reserved) < PENDING_SHARE || f->pending < WASTE_MIN_BYTES)
         return;
     char h[16];
-    add(d, "pending",
-        "At peak, %s had been freed but was still waiting on another stream (active minus allocated "
-        "memory). Frees from a stream other than the block's own are held until the device "
-        "synchronises; freeing on the allocating stream makes them reusable at once.",
-        cci__human((int64_t)f->pending, h, sizeof h));
+    cci_sb b = {0};
+    cci__sb_printf(&b,
+                   "At peak, %s had been freed but was still waiting on another stream (active minus allocated "
+                   "memory). Frees from a stream other than the block's own are held until the device "
+                   "synchronises; freeing on the allocating stream makes them reusable at once.",
+                   cci__human((int64_t)f->pending, h, sizeof h));
+    if (measured(d))
+        best_clause(&b, measured(d));
+    add_sb(d, "pending", &b);
 }
 
 static void rule_churn(cci_report_device *d)
@@ -173,13 +317,63 @@ static void rule_churn(cci_report_device *d)
     uint64_t peak_segs = (uint64_t)st->segment[CCI_POOL_ALL].peak;
     if (st->num_device_free < CHURN_MIN_FREES || st->num_device_alloc < 4 * (peak_segs ? peak_segs : 1))
         return;
-    add(d, "churn",
-        "%llu device allocations (num_device_alloc) and %llu device frees (num_device_free) for a peak "
-        "of %llu segments: cached sizes churn, and every cudaMalloc/cudaFree synchronises the device. "
-        "Calls to empty_cache(), a low garbage_collection_threshold or allocation retries release "
-        "segments that are soon needed again.",
-        (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
-        (unsigned long long)peak_segs);
+    cci_sb b = {0};
+    cci__sb_printf(&b,
+                   "%llu device allocations (num_device_alloc) and %llu device frees (num_device_free) for a "
+                   "peak of %llu segments: cached sizes churn, and every cudaMalloc/cudaFree synchronises the "
+                   "device. Calls to empty_cache(), a low garbage_collection_threshold or allocation retries "
+                   "release segments that are soon needed again.",
+                   (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
+                   (unsigned long long)peak_segs);
+    if (measured(d))
+        best_clause(&b, measured(d));
+    add_sb(d, "churn", &b);
+}
+
+// The measured advice itself: the settings whose replay peaked lowest, or that the current one
+// is already the best of the grid.
+#define WHATIF_NAMED 3
+
+static void rule_whatif(cci_report_device *d)
+{
+    const cci_report_whatif *w = measured(d);
+    if (!w)
+        return;
+    cci_sb b = {0};
+    cci__sb_printf(&b, "Replaying this run's %llu allocation events under %zu configurations (%.2f s): ",
+                   (unsigned long long)w->events, w->replayed, w->seconds);
+    int named = 0;
+    for (size_t i = 0; i < w->nrows && named < WHATIF_NAMED; i++) {
+        if (!is_lower(w, &w->rows[i]))
+            continue;
+        if (named)
+            cci__sb_puts(&b, "; ");
+        cci__whatif_gain(&b, w, &w->rows[i]);
+        named++;
+    }
+    if (named)
+        cci__sb_puts(&b, ".");
+    else
+        cci__sb_printf(&b, "the current setting (%s) is already the best of the grid, at %.1f MiB peak reserved.",
+                       *w->current.conf ? w->current.conf : "the defaults", mib(w->current.peak_reserved));
+    if (w->replayed < w->planned)
+        cci__sb_printf(&b, " Only %zu of %zu configurations were replayed within the %.1f s bound "
+                           "(CCI_WHATIF_SECONDS); `ccreplay --sweep` on a recorded trace measures them all.",
+                       w->replayed, w->planned, w->bound_seconds);
+    if (w->events_dropped)
+        cci__sb_printf(&b, " The history stopped at its cap of %llu events (CCI_HISTORY_MAX): %llu later events "
+                           "are not in the replay, so these figures cover the start of the run only.",
+                       (unsigned long long)w->history_cap, (unsigned long long)w->events_dropped);
+    add_sb(d, "what_if", &b);
+}
+
+size_t cci_report_whatif_candidates(const cci_report_device *d, char (*confs)[192], size_t max)
+{
+    size_t n = 0;
+    const cci_report_misses *m = &d->misses;
+    if (n < max && m->large_count && mib_limit(m) > SPLIT_FLOOR_MIB)
+        snprintf(confs[n++], 192, "max_split_size_mb:%llu", mib_limit(m));
+    return n;
 }
 
 static void rule_healthy(cci_report_device *d)
@@ -197,12 +391,13 @@ static void rule_healthy(cci_report_device *d)
 
 void cci__advice_compute(cci_report_device *d)
 {
-    d->nadvice = 0;
+    cci__advice_clear(d);
     if (d->stats.num_device_alloc == 0) {
         add(d, "idle", "No device memory was requested through libccinterpose on this device.");
         return;
     }
     rule_failures(d);
+    rule_whatif(d);
     rule_split(d);
     rule_oversize_idle(d);
     rule_waste(d);

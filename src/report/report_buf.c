@@ -33,23 +33,28 @@ static int sb_reserve(cci_sb *b, size_t extra)
     return 0;
 }
 
-void cci__sb_printf(cci_sb *b, const char *fmt, ...)
+void cci__sb_vprintf(cci_sb *b, const char *fmt, va_list ap)
 {
     char small[256];
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n >= 0 && sb_reserve(b, (size_t)n) == 0) {
+        if ((size_t)n < sizeof small)
+            memcpy(b->buf + b->len, small, (size_t)n + 1);
+        else
+            vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, again);
+        b->len += (size_t)n;
+    }
+    va_end(again);
+}
+
+void cci__sb_printf(cci_sb *b, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
+    cci__sb_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0 || sb_reserve(b, (size_t)n) != 0)
-        return;
-    if ((size_t)n < sizeof small) {
-        memcpy(b->buf + b->len, small, (size_t)n + 1);
-    } else {
-        va_start(ap, fmt);
-        vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-    }
-    b->len += (size_t)n;
 }
 
 void cci__sb_puts(cci_sb *b, const char *s)

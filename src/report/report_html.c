@@ -275,7 +275,9 @@ static void device(cci_sb *b, const cci_report_device *d)
         advice_html(b, d->advice[k].text);
         cci__sb_puts(b, "</li>\n");
     }
-    cci__sb_puts(b, "</ul>\n<h3>Allocated and reserved bytes over time</h3>\n");
+    cci__sb_puts(b, "</ul>\n");
+    cci__whatif_html(b, d);
+    cci__sb_puts(b, "<h3>Allocated and reserved bytes over time</h3>\n");
     timeline(b, d);
     cci__sb_printf(b, "<h3>Segments at peak reserved and at exit</h3>\n"
                    "<div class=\"legend\"><span><i class=\"sw\" style=\"background:%s\"></i>allocated</span>"

@@ -4,6 +4,7 @@
 #ifndef CCI_REPORT_IMPL_H
 #define CCI_REPORT_IMPL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ typedef struct cci_sb {
 } cci_sb;
 
 void cci__sb_printf(cci_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cci__sb_vprintf(cci_sb *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 void cci__sb_puts(cci_sb *b, const char *s);
 void cci__sb_putc(cci_sb *b, char c, size_t n);
 /// JSON string literal, quotes included.
@@ -70,9 +72,19 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_json(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
 
+/// The what-if and expandable-segment sections (report_whatif.c), one call per form.
+void cci__whatif_text(cci_sb *b, const cci_report_device *d);
+void cci__vmm_text(cci_sb *b, const cci_report_device *d);
+void cci__whatif_json(cci_sb *b, const cci_report_device *d);
+void cci__whatif_html(cci_sb *b, const cci_report_device *d);
+
 // ---- analysis ---------------------------------------------------------------------------------
 void cci__frag_compute(const cci_layout *l, cci_report_frag *f);
 void cci__advice_compute(cci_report_device *d);
+/// Frees the advice texts (before recomputing them, and with the device).
+void cci__advice_clear(cci_report_device *d);
+/// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)", the one phrasing of a replayed gain.
+void cci__whatif_gain(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r);
 /// Timeline copy for the snapshot: malloc'ed samples, or NULL / 0 when empty.
 int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
                        cci_timeline_clock *clock, cci_report_misses *misses);
@@ -84,5 +96,8 @@ void cci__device_free(cci_report_device *d);
 size_t cci__largest_segments(const cci_layout *l, size_t *idx, size_t max);
 
 #define CCI_MIB ((uint64_t)1 << 20)
+/// cci_block_desc.state of the address space of an expandable segment with no memory behind it
+/// (the core's BLOCK_UNMAPPED): never free, never reserved.
+#define CCI_REPORT_BLOCK_UNMAPPED 3
 
 #endif

@@ -155,7 +155,7 @@ static void device(cci_sb *b, const cci_report_device *d)
                    (unsigned long long)m->large_count, (unsigned long long)m->large_segment_bytes,
                    (unsigned long long)m->large_min_request);
     cci__sb_puts(b, "    \"segments\": {\n      \"block_fields\": [\"offset\", \"size\", \"state\", \"requested\"],\n"
-                    "      \"block_states\": [\"free\", \"allocated\", \"waiting\"],\n      \"at_peak\": ");
+                    "      \"block_states\": [\"free\", \"allocated\", \"waiting\", \"unmapped\"],\n      \"at_peak\": ");
     layout(b, &d->peak, d->have_peak);
     cci__sb_puts(b, ",\n      \"at_exit\": ");
     layout(b, &d->now, 1);
@@ -169,7 +169,9 @@ static void device(cci_sb *b, const cci_report_device *d)
                        (unsigned long long)t->t, (unsigned long long)t->allocated, (unsigned long long)t->reserved,
                        (unsigned long long)t->allocated_max, (unsigned long long)t->reserved_max);
     }
-    cci__sb_puts(b, "]},\n    \"advice\": [");
+    cci__sb_puts(b, "]},\n    ");
+    cci__whatif_json(b, d);
+    cci__sb_puts(b, "\"advice\": [");
     for (size_t k = 0; k < d->nadvice; k++) {
         cci__sb_printf(b, "%s\n      {\"rule\": ", k ? "," : "");
         cci__sb_json_str(b, d->advice[k].rule);

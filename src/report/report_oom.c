@@ -71,7 +71,8 @@ static const char *size_text(uint64_t v, char *buf, size_t buflen)
     return buf;
 }
 
-static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free)
+static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free,
+                       const cci_report_oom_extra *extra)
 {
     char h1[16], h2[16], h3[16], h4[16];
     cci_report_device *d = calloc(1, sizeof *d);
@@ -102,6 +103,17 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
     put(o, "  Largest free block: %s. On this device so far: %llu OOM(s), %llu cudaMalloc retries.\n",
         size_text(st.largest_free_block, h4, sizeof h4), (unsigned long long)st.num_ooms,
         (unsigned long long)st.num_alloc_retries);
+    // ---- issue 16: the fragmentation figure (largest free block vs all cached free bytes) ----
+    if (have_layout) {
+        cci__frag_compute(&d->now, &d->frag_now);
+        char f1[16], f2[16];
+        put(o, "  Fragmentation: the largest free block is %s of %s cached free in %llu block(s) "
+            "(ratio %.2f = 1 - largest / free).\n",
+            size_text(d->frag_now.largest_free, f1, sizeof f1),
+            size_text(d->frag_now.cached_free, f2, sizeof f2), (unsigned long long)d->frag_now.free_blocks,
+            d->frag_now.ratio);
+    }
+    // ---- end issue 16 ----
     if (have_layout)
         put(o, "  Configuration: %s\n", d->config);
     // A request larger than the whole device is a wrong size, not a full device: no setting helps,
@@ -115,8 +127,9 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
     } else if (unalloc >= requested && st.largest_free_block < requested) {
         put_wrapped(o, "  * ",
                     "The reserved but unallocated memory would hold the request, but no free block is large "
-                    "enough: the cache is fragmented. PyTorch would suggest expandable_segments:True, which "
-                    "libccinterpose does not honour yet; the advice below says what to change instead.");
+                    "enough: the cache is fragmented. Segments on the virtual-memory API "
+                    "(expandable_segments:True, or compact_segments:True) grow instead of splitting; the last "
+                    "line says what a replay of this run measured.");
     } else if (unalloc < requested) {
         put_wrapped(o, "  * ",
                     "Even an empty cache would not make room: the program needs more memory than is left on "
@@ -135,6 +148,12 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
             put_wrapped(o, "  * ", d->advice[k].text);
         }
     }
+    // ---- issue 16: the caller's measurements (top holders: hook for the call-site report) ----
+    if (extra && extra->holders && *extra->holders)
+        put(o, "%s", extra->holders);
+    if (extra && extra->whatif && *extra->whatif)
+        put_wrapped(o, "  => ", extra->whatif);
+    // ---- end issue 16 ----
     if (d) {
         cci__device_free(d);
         free(d);
@@ -144,20 +163,32 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
 size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl, size_t requested,
                              long long device_free)
 {
+    return cci_report_oom_format_ex(buf, buflen, a, tl, requested, device_free, NULL);
+}
+
+size_t cci_report_oom_format_ex(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl,
+                                size_t requested, long long device_free, const cci_report_oom_extra *extra)
+{
     if (!buflen)
         return 0;
     out o = {buf, buflen, 0};
     buf[0] = '\0';
-    format_oom(&o, a, tl, requested, device_free);
+    format_oom(&o, a, tl, requested, device_free, extra);
     return o.len;
 }
 
 int cci_report_oom(int fd, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free)
 {
+    return cci_report_oom_ex(fd, a, tl, requested, device_free, NULL);
+}
+
+int cci_report_oom_ex(int fd, cci_allocator *a, cci_report_timeline *tl, size_t requested, long long device_free,
+                      const cci_report_oom_extra *extra)
+{
     char buf[OOM_BUF];
     out o = {buf, sizeof buf, 0};
     buf[0] = '\0';
     put(&o, "ccinterpose[%ld]: error: ", (long)getpid());
-    format_oom(&o, a, tl, requested, device_free);
+    format_oom(&o, a, tl, requested, device_free, extra);
     return cci_report_write_all(fd, buf, o.len);
 }

@@ -18,12 +18,30 @@ void cci__frag_compute(const cci_layout *l, cci_report_frag *f)
     f->valid = 1;
     for (size_t i = 0; i < l->nsegments; i++) {
         const cci_segment_desc *sd = &l->segments[i];
-        f->reserved += sd->size;
+        // An expandable segment's size is its address range; its unmapped runs (state 3) hold no
+        // memory, so reserved counts the rest, as the statistics do.
+        uint64_t unmapped = 0, holes = 0, mapped_blocks = 0;
+        for (size_t j = 0; j < sd->nblocks; j++)
+            if (sd->blocks[j].state == CCI_REPORT_BLOCK_UNMAPPED) {
+                unmapped += sd->blocks[j].size;
+                holes++;
+            }
+        mapped_blocks = sd->nblocks - holes;
+        if (holes) {
+            f->vmm_segments++;
+            f->address_space += sd->size;
+            f->mapped += sd->size - unmapped;
+            f->unmapped += unmapped;
+            f->unmapped_holes += holes;
+        }
+        f->reserved += sd->size - unmapped;
         f->segments++;
         f->small_segments += sd->small_pool ? 1 : 0;
-        int split = sd->nblocks > 1;
+        int split = mapped_blocks > 1;
         for (size_t j = 0; j < sd->nblocks; j++) {
             const cci_block_desc *b = &sd->blocks[j];
+            if (b->state == CCI_REPORT_BLOCK_UNMAPPED)
+                continue;  // address space, not a block of memory: neither free nor used
             f->blocks++;
             if (b->state == 1) {
                 f->allocated += b->size;
@@ -119,6 +137,10 @@ int cci__device_take(cci_report_device *d, cci_allocator *a, cci_report_timeline
 
 void cci__device_free(cci_report_device *d)
 {
+    cci__advice_clear(d);
+    free(d->whatif.rows);
+    d->whatif.rows = NULL;
+    d->whatif.nrows = 0;
     cci_layout_free(&d->now);
     if (d->have_peak)
         cci_layout_free(&d->peak);

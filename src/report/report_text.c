@@ -126,11 +126,11 @@ static void histogram(cci_sb *b, const cci_report_frag *f, const char *when)
 // Each column of the bar covers size/BAR_W bytes and shows the state holding most of them.
 static void segment_bar(cci_sb *b, const cci_segment_desc *sd)
 {
-    static const char marks[3] = {'.', '#', '~'};
+    static const char marks[4] = {'.', '#', '~', ' '};  // ' ': unmapped address space (VMM)
     size_t j = 0;
     for (uint64_t c = 0; c < BAR_W; c++) {
         uint64_t lo = sd->addr + sd->size * c / BAR_W, hi = sd->addr + sd->size * (c + 1) / BAR_W;
-        uint64_t by[3] = {0, 0, 0};
+        uint64_t by[4] = {0, 0, 0, 0};
         while (j < sd->nblocks && sd->blocks[j].addr + sd->blocks[j].size <= lo)
             j++;
         for (size_t k = j; k < sd->nblocks && sd->blocks[k].addr < hi; k++) {
@@ -138,13 +138,15 @@ static void segment_bar(cci_sb *b, const cci_segment_desc *sd)
             uint64_t e = sd->blocks[k].addr + sd->blocks[k].size;
             e = e < hi ? e : hi;
             int st = sd->blocks[k].state;
-            by[st >= 0 && st <= 2 ? st : 0] += e > s ? e - s : 0;
+            by[st >= 0 && st <= CCI_REPORT_BLOCK_UNMAPPED ? st : 0] += e > s ? e - s : 0;
         }
         int best = 1;  // ties go to allocated, then waiting, so small live blocks stay visible
         if (by[2] > by[best])
             best = 2;
         if (by[0] > by[best])
             best = 0;
+        if (by[3] > by[best])
+            best = 3;
         cci__sb_putc(b, marks[best], 1);
     }
 }
@@ -157,10 +159,12 @@ static void segment_map(cci_sb *b, const cci_layout *l, const char *when)
                    l->nsegments);
     for (size_t i = 0; i < n; i++) {
         const cci_segment_desc *sd = &l->segments[idx[i]];
-        uint64_t used = 0, free_b = 0;
+        uint64_t used = 0, free_b = 0, unmapped = 0;
         for (size_t k = 0; k < sd->nblocks; k++) {
             if (sd->blocks[k].state == 0)
                 free_b += sd->blocks[k].size;
+            else if (sd->blocks[k].state == CCI_REPORT_BLOCK_UNMAPPED)
+                unmapped += sd->blocks[k].size;
             else
                 used += sd->blocks[k].size;
         }
@@ -170,6 +174,10 @@ static void segment_map(cci_sb *b, const cci_layout *l, const char *when)
         segment_bar(b, sd);
         cci__sb_printf(b, "| %s used, %s free, %zu block%s", cci__human((int64_t)used, h2, sizeof h2),
                        cci__human((int64_t)free_b, h3, sizeof h3), sd->nblocks, sd->nblocks == 1 ? "" : "s");
+        if (unmapped) {
+            char h4[16];
+            cci__sb_printf(b, ", %s unmapped (' ')", cci__human((int64_t)unmapped, h4, sizeof h4));
+        }
         if (sd->stream)
             cci__sb_printf(b, ", stream %#llx", (unsigned long long)sd->stream);
         cci__sb_putc(b, '\n', 1);
@@ -264,6 +272,8 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
                            (unsigned long long)d->stats.num_fence_records, d->stats.num_fence_records == 1 ? "" : "s",
                            (unsigned long long)d->stats.num_fence_waits);
         fragmentation(b, d);
+        cci__vmm_text(b, d);
+        cci__whatif_text(b, d);
         cci__sb_printf(b, "\nAdvice, device %d:\n", d->device);
         for (size_t k = 0; k < d->nadvice; k++)
             wrapped(b, "  * ", "    ", d->advice[k].text);

@@ -168,6 +168,19 @@ static void observe(void *ud, const cci_event *ev)
     case CCI_EV_SEGMENT_FREE:
         sub(&t->reserved[spool], ev->size);
         break;
+    // Pages mapped into or out of an expandable segment: reserved memory follows them (an
+    // expandable segment's own creation reserves address space only and is not an event). The
+    // pool is told by the page size as above, which is exact for PyTorch's pages (2 MiB small,
+    // 20 MiB large); compact mode's 2 MiB pages of the large pool count as small here, which
+    // moves bytes between the two pools of the timeline, never in or out of the total. A
+    // mapping is not counted as a fragmentation miss: it grows the one segment of the pool.
+    case CCI_EV_SEGMENT_MAP:
+        t->reserved[spool] += ev->size;
+        t->seg_new = 0;
+        break;
+    case CCI_EV_SEGMENT_UNMAP:
+        sub(&t->reserved[spool], ev->size);
+        break;
     case CCI_EV_OOM:
         t->seg_new = 0;
         break;
@@ -175,8 +188,9 @@ static void observe(void *ud, const cci_event *ev)
     // Reading the clock is most of this observer's cost on the allocation fast path: with the
     // wall clock, look at it on segment events and every CLOCK_EVERY-th block event only. The
     // maxima are kept on every event, so no peak is lost between two readings.
-    if (t->clock == CCI_TIMELINE_CLOCK_MONOTONIC && ev->kind != CCI_EV_SEGMENT_ALLOC &&
-        ev->kind != CCI_EV_SEGMENT_FREE && (++t->events & (CLOCK_EVERY - 1)) != 0) {
+    int segment_event = ev->kind == CCI_EV_SEGMENT_ALLOC || ev->kind == CCI_EV_SEGMENT_FREE ||
+                        ev->kind == CCI_EV_SEGMENT_MAP || ev->kind == CCI_EV_SEGMENT_UNMAP;
+    if (t->clock == CCI_TIMELINE_CLOCK_MONOTONIC && !segment_event && (++t->events & (CLOCK_EVERY - 1)) != 0) {
         t->amax = max_u64(t->amax, t->alloc[0] + t->alloc[1]);
         t->dirty = 1;
     } else {

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "allocator.h"
 #include "trace.h"
@@ -30,5 +31,9 @@ typedef struct cci_replay_result {
 /// Segment events are not replayed: segments follow from the policy (so an explicit empty_cache
 /// of the recorded program is not reproduced). 0, or -1 on host out-of-memory.
 int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_replay_result *res);
+/// The same, bounded in time: past `deadline` (CLOCK_MONOTONIC; NULL = none) it stops and returns
+/// 1, with the figures of the events replayed until then (so only a lower bound on the peaks).
+int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity, const struct timespec *deadline,
+                     cci_replay_result *res);
 
 #endif

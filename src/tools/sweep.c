@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sweep.h"
 
@@ -41,7 +42,9 @@ typedef struct row {
     int nkeys;
     cci_config cfg;
     cci_replay_result res;
-    int rc;
+    int rc;                    // cci_replay_until's: 0 done, 1 cut by the deadline, -1 host OOM
+    int started;
+    int is_baseline;
 } row;
 
 typedef struct work {
@@ -50,14 +53,42 @@ typedef struct work {
     row *rows;
     size_t n;
     atomic_size_t next;
+    const struct timespec *deadline;  // NULL = unbounded
 } work;
+
+static int deadline_passed(const struct timespec *d)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
+}
 
 static void *worker(void *arg)
 {
     work *w = arg;
-    for (size_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;)
-        w->rows[i].rc = cci_replay(w->t, &w->rows[i].cfg, w->capacity, &w->rows[i].res);
+    for (size_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) {
+        if (w->deadline && deadline_passed(w->deadline))
+            break;  // rows after this one are left unstarted too: every worker stops here
+        w->rows[i].started = 1;
+        w->rows[i].rc = cci_replay_until(w->t, &w->rows[i].cfg, w->capacity, w->deadline, &w->rows[i].res);
+    }
     return NULL;
+}
+
+// Runs w's rows on `jobs` threads (or on this one when none can start).
+static void run_rows(work *w, int jobs)
+{
+    pthread_t th[64];
+    int started = 0;
+    if (jobs > 64)
+        jobs = 64;
+    for (int i = 0; i < jobs && (size_t)i < w->n; i++)
+        if (pthread_create(&th[started], NULL, worker, w) == 0)
+            started++;
+    if (!started)
+        worker(w);  // no thread could start: do the work here rather than fail
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
 }
 
 static const row *cmp_base;
@@ -241,16 +272,18 @@ static void print_json(FILE *out, const cci_trace *t, const char *name, size_t c
     fprintf(out, "]}\n");
 }
 
+#define GRID_MAX                                                                                  \
+    (sizeof gc_variants / sizeof gc_variants[0] *                                                 \
+     (sizeof split_mb / sizeof split_mb[0] * sizeof divisions / sizeof divisions[0] + NVMM))
+
 int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, int json, FILE *out, char *err,
               size_t errlen)
 {
-    size_t max = sizeof gc_variants / sizeof gc_variants[0] *
-                 (sizeof split_mb / sizeof split_mb[0] * sizeof divisions / sizeof divisions[0] + NVMM);
+    size_t max = GRID_MAX;
     row *rows = calloc(max, sizeof *rows);
     size_t *order = calloc(max, sizeof *order);
-    pthread_t *th = calloc((size_t)(jobs > 0 ? jobs : 1), sizeof *th);
     int rc = -1;
-    if (!rows || !order || !th) {
+    if (!rows || !order) {
         snprintf(err, errlen, "out of host memory");
         goto out;
     }
@@ -259,14 +292,7 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
         goto out;
     work w = {.t = t, .capacity = capacity, .rows = rows, .n = n};
     atomic_init(&w.next, 0);
-    int started = 0;
-    for (int i = 0; i < jobs && (size_t)i < n; i++)
-        if (pthread_create(&th[started], NULL, worker, &w) == 0)
-            started++;
-    if (!started)
-        worker(&w);  // no thread could start: do the work here rather than fail
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    run_rows(&w, jobs);
     for (size_t i = 0; i < n; i++) {
         if (rows[i].rc) {
             snprintf(err, errlen, "out of host memory replaying '%s'", rows[i].conf);
@@ -326,6 +352,123 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
 out:
     free(rows);
     free(order);
-    free(th);
     return rc;
+}
+
+// ---- cci_sweep_measure ----------------------------------------------------------------------
+
+// Two spellings of one configuration (the grid's "" and a baseline of defaults, say) replay
+// alike: rows are told apart by the configuration's canonical string.
+static void canonical(const cci_config *c, char *buf, size_t len) { cci_config_format(c, buf, len); }
+
+static int keys_in(const char *conf)
+{
+    int n = *conf ? 1 : 0;
+    for (const char *p = conf; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+// Appends r to rows[*n] unless a row with the same canonical configuration is there already.
+static void add_unique(row *rows, char (*canon)[1024], size_t *n, const row *r)
+{
+    char c[1024];
+    canonical(&r->cfg, c, sizeof c);
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp(canon[i], c))
+            return;
+    rows[*n] = *r;
+    memcpy(canon[*n], c, sizeof c);
+    (*n)++;
+}
+
+int cci_sweep_measure(const cci_trace *t, const cci_sweep_plan *plan, cci_sweep_outcome *out, char *err,
+                      size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    struct timespec t0, deadline;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t cap = 1 + plan->nextra + GRID_MAX;
+    row *grid = calloc(GRID_MAX, sizeof *grid), *rows = calloc(cap, sizeof *rows);
+    char(*canon)[1024] = calloc(cap, sizeof *canon);
+    int rc = -1;
+    if (!grid || !rows || !canon) {
+        snprintf(err, errlen, "out of host memory");
+        goto out;
+    }
+    size_t ng = build_grid(grid, plan->capacity, err, errlen), n = 0;
+    if (!ng)
+        goto out;
+    if (plan->baseline) {
+        row r = {.cfg = *plan->baseline, .is_baseline = 1};
+        snprintf(r.conf, sizeof r.conf, "%s", plan->baseline_conf ? plan->baseline_conf : "");
+        r.nkeys = keys_in(r.conf);
+        add_unique(rows, canon, &n, &r);
+    }
+    for (size_t i = 0; i < plan->nextra; i++) {
+        row r = {0};
+        char perr[256];
+        snprintf(r.conf, sizeof r.conf, "%s", plan->extra[i]);
+        cci_config_default(&r.cfg);
+        if (cci_config_parse(&r.cfg, r.conf, "what-if", perr, sizeof perr, NULL, NULL) != 0)
+            continue;
+        r.nkeys = keys_in(r.conf);
+        add_unique(rows, canon, &n, &r);
+    }
+    // The grid, simplest configurations first: if time runs out, the settings a person would try
+    // first are the ones measured.
+    for (int k = 0; k <= 8; k++)
+        for (size_t i = 0; i < ng; i++)
+            if (grid[i].nkeys == k)
+                add_unique(rows, canon, &n, &grid[i]);
+    work w = {.t = t, .capacity = plan->capacity, .rows = rows, .n = n};
+    atomic_init(&w.next, 0);
+    if (plan->seconds > 0) {
+        double whole = (double)(long)plan->seconds;
+        deadline = t0;
+        deadline.tv_sec += (time_t)whole;
+        deadline.tv_nsec += (long)((plan->seconds - whole) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        w.deadline = &deadline;
+    }
+    run_rows(&w, plan->jobs > 0 ? plan->jobs : 1);
+    out->rows = calloc(n ? n : 1, sizeof *out->rows);
+    if (!out->rows) {
+        snprintf(err, errlen, "out of host memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].started && rows[i].rc < 0) {
+            snprintf(err, errlen, "out of host memory replaying '%s'", rows[i].conf);
+            cci_sweep_outcome_free(out);
+            goto out;
+        }
+        cci_sweep_row *o = &out->rows[i];
+        memcpy(o->conf, rows[i].conf, sizeof o->conf);
+        o->nkeys = rows[i].nkeys;
+        o->is_baseline = rows[i].is_baseline;
+        o->state = !rows[i].started ? CCI_SWEEP_SKIPPED : rows[i].rc == 0 ? CCI_SWEEP_DONE : CCI_SWEEP_CUT;
+        o->res = rows[i].res;
+        out->done += o->state == CCI_SWEEP_DONE;
+    }
+    out->n = n;
+    out->cut_short = out->done < n;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    rc = 0;
+out:
+    free(grid);
+    free(rows);
+    free(canon);
+    return rc;
+}
+
+void cci_sweep_outcome_free(cci_sweep_outcome *o)
+{
+    free(o->rows);
+    memset(o, 0, sizeof *o);
 }

@@ -216,9 +216,10 @@ static const struct {
     {"free_completed", CCI_EV_FREE_COMPLETED},
     {"segment_alloc", CCI_EV_SEGMENT_ALLOC},
     {"segment_free", CCI_EV_SEGMENT_FREE},
-    // Mapping into and out of an expandable segment changes reserved memory as a segment does.
-    {"segment_map", CCI_EV_SEGMENT_ALLOC},
-    {"segment_unmap", CCI_EV_SEGMENT_FREE},
+    // Pages mapped into and out of an expandable segment: their own kinds, so a reader can tell
+    // address space (segment_alloc) from mapped memory (reserved).
+    {"segment_map", CCI_EV_SEGMENT_MAP},
+    {"segment_unmap", CCI_EV_SEGMENT_UNMAP},
     {"oom", CCI_EV_OOM},
 };
 
