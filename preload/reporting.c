@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "callsites.h"
 #include "log.h"
 #include "real.h"
 #include "report.h"
@@ -31,6 +32,7 @@ void cci_pl_report_attach(int device, cci_allocator *a)
     if ((unsigned)device >= CCI_PL_MAX_DEVICES)
         return;
     cci_allocator_track_peak(a, 1);
+    cci_callsites_attach(device, a);
     cci_report_timeline *tl = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
     if (tl && cci_report_timeline_attach(tl, a) == 0) {
         // One timeline per allocator for the life of the process, like the allocator itself
@@ -57,12 +59,32 @@ static int dump(const char *pattern, int force)
     cci_allocator *allocs[CCI_PL_MAX_DEVICES];
     cci_report_timeline *tls[CCI_PL_MAX_DEVICES];
     int n = collect(allocs, tls);
-    return cci_report_dump(allocs, tls, n, pattern, pattern ? NULL : report_format, force);
+    cci_report_snapshot s;
+    if (cci_report_snapshot_take(&s, allocs, tls, n) != 0) {
+        cci_log(CCI_LOG_ERROR, "report: out of host memory while taking the snapshot");
+        return -1;
+    }
+    cci_callsites_fill(&s);   // who holds the memory (CCI_STACKS), as plain data in the snapshot
+    return cci_report_dump_snapshot(&s, pattern, pattern ? NULL : report_format, force);
 }
 
 int cci_pl_report_dump(const char *path)
 {
     return dump(path ? path : report_pattern, 1) < 0 ? -1 : 0;
+}
+
+// The top call sites under the OOM block (CCI_STACKS): who filled the device.
+static void report_oom_holders(int device)
+{
+    cci_report_holders h;
+    char *text = NULL;
+    size_t len = 0;
+    if (cci_callsites_holders_now(device, &h) != 0)
+        return;
+    if (cci_report_oom_holders(&h, device, 5, &text, &len) == 0)
+        cci_report_write_all(STDERR_FILENO, text, len);
+    free(text);
+    cci_report_holders_free(&h);
 }
 
 void cci_pl_report_oom(int device, size_t requested)
@@ -76,6 +98,7 @@ void cci_pl_report_oom(int device, size_t requested)
     if (rt->cudaMemGetInfo && rt->cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
         device_free = (long long)free_b;
     cci_report_oom(STDERR_FILENO, a, atomic_load(&timelines[device]), requested, device_free);
+    report_oom_holders(device);
 }
 
 // ---- the exit report ------------------------------------------------------------------------

@@ -100,6 +100,13 @@ int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tl
         cci_log(CCI_LOG_ERROR, "report: out of host memory while taking the snapshot");
         return -1;
     }
+    return cci_report_dump_snapshot(&s, pattern, format, force);
+}
+
+int cci_report_dump_snapshot(cci_report_snapshot *snap, const char *pattern, const char *format, int force)
+{
+    cci_report_snapshot s = *snap;
+    memset(snap, 0, sizeof *snap);
     if (!force && !cci_report_has_activity(&s)) {
         cci_report_snapshot_free(&s);
         return 1;
