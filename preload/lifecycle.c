@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "backend_cuda.h"
+#include "callsites.h"
 #include "levels.h"
 #include "log.h"
 #include "real.h"
@@ -46,6 +47,7 @@ __attribute__((constructor)) static void at_load(void)
 //   4. streams:  forget the parent's stream table;
 //   5. report:   free the inherited timelines (they observed the allocators dropped in 1, which is
 //                why 1 comes first) and close the dump pipe (the dumper thread did not survive);
+//   5b. call sites: forget the parent's live blocks (CCI_STACKS);
 //   6. trace:    stop recording without writing (the file and buffers are the parent's).
 //   Last because nothing before it records events: dropping allocators emits none.
 
@@ -66,6 +68,7 @@ static void fork_child(void)
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
     cci_pl_report_atfork_child();
+    cci_callsites_atfork_child();
     cci_trace_fork_child();
 }
 
@@ -90,6 +93,7 @@ static void start(void)
     int mode = cci__state_decide_mode(s);
     if (mode == CCI_MODE_ACTIVE) {
         pthread_atfork(fork_prepare, fork_parent, fork_child);
+        cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);
         cci_trace_set_rank(s->rank);
         if (s->trace_too_long)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "callsites.h"
 #include "history.h"
 #include "log.h"
 #include "real.h"
@@ -37,6 +38,7 @@ void cci_pl_report_attach(int device, cci_allocator *a)
     if ((unsigned)device >= CCI_PL_MAX_DEVICES)
         return;
     cci_allocator_track_peak(a, 1);
+    cci_callsites_attach(device, a);
     cci_report_timeline *tl = cci_report_timeline_create(0, CCI_TIMELINE_CLOCK_MONOTONIC);
     if (tl && cci_report_timeline_attach(tl, a) == 0) {
         // One timeline per allocator for the life of the process, like the allocator itself
@@ -60,7 +62,7 @@ static int replay_jobs(void)
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
-// The exit report's measurement step (cci_report_dump_measured): each device's history replayed
+// The exit report's measurement step (the measure step of cci_report_dump_snapshot): each device's history replayed
 // under the grid, the current setting and the configurations the advice would name.
 static void measure(cci_report_snapshot *s, void *ud)
 {
@@ -98,17 +100,42 @@ static int collect(cci_allocator **allocs, cci_report_timeline **tls)
     return n;
 }
 
-static int dump(const char *pattern, int force)
+// The live dump, the opt-in API's dump and the exit report: one snapshot, the call sites
+// (CCI_STACKS) added as plain data, the what-ifs measured when `measure` is given, then printed.
+static int dump(const char *pattern, const char *format, int force, cci_report_measure_fn measure)
 {
     cci_allocator *allocs[CCI_PL_MAX_DEVICES];
     cci_report_timeline *tls[CCI_PL_MAX_DEVICES];
     int n = collect(allocs, tls);
-    return cci_report_dump(allocs, tls, n, pattern, pattern ? NULL : report_format, force);
+    cci_report_snapshot s;
+    if (cci_report_snapshot_take(&s, allocs, tls, n) != 0) {
+        cci_log(CCI_LOG_ERROR, "report: out of host memory while taking the snapshot");
+        return -1;
+    }
+    cci_callsites_fill(&s);   // who holds the memory (CCI_STACKS), as plain data in the snapshot
+    return cci_report_dump_snapshot(&s, pattern, format, force, measure, NULL);
 }
 
 int cci_pl_report_dump(const char *path)
 {
-    return dump(path ? path : report_pattern, 1) < 0 ? -1 : 0;
+    return dump(path ? path : report_pattern, path ? NULL : report_format, 1, NULL) < 0 ? -1 : 0;
+}
+
+// The top call sites for the OOM block (CCI_STACKS): who filled the device. NULL when stacks
+// are off or nothing was recorded; the caller frees the text.
+static char *oom_holders_text(int device)
+{
+    cci_report_holders h;
+    char *text = NULL;
+    size_t len = 0;
+    if (cci_callsites_holders_now(device, &h) != 0)
+        return NULL;
+    if (cci_report_oom_holders(&h, device, 5, &text, &len) != 0) {
+        free(text);
+        text = NULL;
+    }
+    cci_report_holders_free(&h);
+    return text;
 }
 
 void cci_pl_report_oom(int device, size_t requested)
@@ -127,8 +154,10 @@ void cci_pl_report_oom(int device, size_t requested)
     cci_history *h = atomic_load(&histories[device]);
     if (h && !atomic_exchange(&oom_measured[device], 1))
         cci_history_oom_line(h, a, conf_text, whatif_seconds, replay_jobs(), line, sizeof line);
-    cci_report_oom_extra extra = {.holders = NULL, .whatif = line};
+    char *holders = oom_holders_text(device);
+    cci_report_oom_extra extra = {.holders = holders, .whatif = line};
     cci_report_oom_ex(STDERR_FILENO, a, atomic_load(&timelines[device]), requested, device_free, &extra);
+    free(holders);
 }
 
 // ---- the exit report ------------------------------------------------------------------------
@@ -138,10 +167,7 @@ void cci_pl_report_exit(void)
 {
     if (report_off)
         return;
-    cci_allocator *allocs[CCI_PL_MAX_DEVICES];
-    cci_report_timeline *tls[CCI_PL_MAX_DEVICES];
-    int n = collect(allocs, tls);
-    cci_report_dump_measured(allocs, tls, n, report_pattern, report_format, 0, measure, NULL);
+    dump(report_pattern, report_format, 0, measure);
 }
 
 // ---- live dump on a signal --------------------------------------------------------------------
@@ -177,7 +203,7 @@ static void *dumper(void *arg)
             continue;
         if (r <= 0)
             return NULL;
-        dump(report_pattern, 1);
+        dump(report_pattern, report_format, 1, NULL);
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 
+#include "callsites.h"
 #include "levels.h"
 #include "log.h"
 #include "reporting.h"
@@ -30,6 +31,7 @@ int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr
     int rc = cci_malloc(a, size, stream, addr);
     if (__builtin_expect(rc == CCI_OK, 1)) {
         last_device = device;
+        cci_callsites_on_alloc(device, *addr, size);
         cci_pl_count(level);
         return CCI_OK;
     }

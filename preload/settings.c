@@ -190,6 +190,12 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
         strcpy(s->trace_pattern, trace);
     else if (trace)
         s->trace_too_long = 1;
+    const char *stacks = lookup("CCI_STACKS");
+    s->stacks = parse_rank(stacks);
+    if (stacks && *stacks && (s->stacks < 0 || s->stacks > CCI_SETTINGS_MAX_STACKS))
+        snprintf(s->bad_stacks, sizeof s->bad_stacks, "%s", stacks);
+    if (s->stacks < 0 || s->stacks > CCI_SETTINGS_MAX_STACKS)
+        s->stacks = 0;
     s->rank = parse_rank(lookup("RANK"));
     if (s->rank < 0)
         s->rank = parse_rank(lookup("LOCAL_RANK"));

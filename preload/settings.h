@@ -17,7 +17,7 @@
 #include "config.h"
 #include "log.h"
 
-enum { CCI_SETTINGS_MAX_NOTICES = 8 };
+enum { CCI_SETTINGS_MAX_NOTICES = 8, CCI_SETTINGS_MAX_STACKS = 64 };
 
 typedef struct cci_settings {
     // CCI_LOG=error|warning|info|debug
@@ -49,6 +49,10 @@ typedef struct cci_settings {
 
     char trace_pattern[4096];       ///< CCI_TRACE; "" = no recording
     int trace_too_long;             ///< CCI_TRACE did not fit: no recording
+
+    // CCI_STACKS=N: record N frames of each allocation's call site (0 or unset: off)
+    int stacks;                     ///< 0..CCI_SETTINGS_MAX_STACKS
+    char bad_stacks[64];            ///< a refused value: call sites stay off
 
     int rank;                       ///< RANK, else LOCAL_RANK (plain decimal); -1 when neither
 

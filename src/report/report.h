@@ -147,7 +147,7 @@ typedef struct cci_report_whatif_row {
 
 /// What-ifs: the program's allocation history, kept in memory by the preload, replayed at exit
 /// under the sweep's grid (src/tools/sweep.h). The preload fills this before the advice is
-/// derived (cci_report_dump_measured); the report library only prints it. state 0: not
+/// derived (the measure step of cci_report_dump_snapshot); the report library only prints it. state 0: not
 /// measured, and `note` says why.
 typedef struct cci_report_whatif {
     int measured;                    ///< 1 when `current` and `rows` hold replayed figures
@@ -165,6 +165,33 @@ typedef struct cci_report_whatif {
     cci_report_whatif_row *rows;     ///< ranked: fewest OOMs, lowest peak, fewest device allocs
                                      ///< (malloc'ed; freed with the snapshot)
 } cci_report_whatif;
+/// Who holds the memory (CCI_STACKS): the live blocks of one call site, as plain data the preload
+/// fills in (src/report never looks for call sites itself). Frames are innermost first, Python
+/// frames ("file.py:12 in f") before native ones ("func+0x1c (libx.so+0x1234)").
+#define CCI_REPORT_MAX_FRAMES 16
+typedef struct cci_report_holder {
+    uint64_t bytes;              ///< requested bytes of its live blocks
+    uint64_t blocks;
+    uint64_t first_seq;          ///< allocation number (1-based) of its oldest live block
+    double oldest_age_s;         ///< seconds from that allocation to the snapshot; < 0 unknown
+    size_t nframes;
+    const char *frames[CCI_REPORT_MAX_FRAMES];
+} cci_report_holder;
+
+typedef struct cci_report_holders {
+    int valid;                   ///< 0: not recorded (stacks off, or no peak seen yet)
+    uint64_t reserved;           ///< reserved bytes when the table was kept (the peak table)
+    uint64_t bytes, blocks;      ///< all live blocks recorded, every call site together
+    size_t n;
+    cci_report_holder *list;     ///< largest first (malloc'ed; NULL when n == 0)
+    char *strings;               ///< owns the frame text (malloc'ed; may be NULL)
+} cci_report_holders;
+
+/// A live block's call site for the segment map's hover titles: index into holders_now.list.
+typedef struct cci_report_block_site {
+    uintptr_t addr;
+    size_t holder;
+} cci_report_block_site;
 
 typedef struct cci_report_device {
     int device;
@@ -183,6 +210,14 @@ typedef struct cci_report_device {
     cci_report_whatif whatif;    ///< replayed alternatives (measured by the preload at exit)
     size_t nadvice;
     cci_report_advice advice[CCI_REPORT_MAX_ADVICE];
+    // Call sites (CCI_STACKS), filled by the preload after the snapshot is taken; all zero when off.
+    int stacks;                  ///< frames recorded per allocation; 0 = call sites off
+    uint64_t allocations;        ///< allocations recorded so far (the sequence ages count against)
+    uint64_t dropped;            ///< allocations whose call site could not be recorded (host memory)
+    cci_report_holders holders_peak;  ///< kept when reserved last reached a new peak
+    cci_report_holders holders_now;   ///< every call site with live blocks, largest first
+    cci_report_block_site *block_sites; ///< live blocks sorted by address (malloc'ed)
+    size_t nblock_sites;
 } cci_report_device;
 
 typedef struct cci_report_snapshot {
@@ -205,6 +240,16 @@ void cci_report_snapshot_free(cci_report_snapshot *s);
 /// Recomputes frag_now / frag_peak and the advice from the layouts, stats and misses (the
 /// snapshot functions call it; tests that edit a snapshot may call it again).
 void cci_report_derive(cci_report_snapshot *s);
+/// Frees what the holders own (list and strings) and zeroes them; snapshot_free calls it.
+void cci_report_holders_free(cci_report_holders *h);
+/// Called between taking a snapshot and printing it: the preload's exit path fills each device's
+/// `whatif` there (and may take its time: no lock is held); the advice is derived again after it.
+typedef void (*cci_report_measure_fn)(cci_report_snapshot *s, void *ud);
+/// Writes the snapshot to the destination (as cci_report_dump does after taking it) and frees
+/// it in every case: for callers that add data (call sites, what-ifs) to a snapshot they took.
+/// measure may be NULL.
+int cci_report_dump_snapshot(cci_report_snapshot *s, const char *pattern, const char *format, int force,
+                             cci_report_measure_fn measure, void *ud);
 /// 1 when some device ever asked the device for memory through us: the exit report is printed
 /// only then.
 int cci_report_has_activity(const cci_report_snapshot *s);
@@ -251,13 +296,6 @@ void cci_report_close_destination(int fd);
 /// -1 error (already logged).
 int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
                     const char *pattern, const char *format, int force);
-/// The same, with `measure(s, ud)` called between taking the snapshot and deriving the advice:
-/// the preload's exit path fills each device's `whatif` there (and may take its time: no lock
-/// is held). measure NULL = cci_report_dump.
-typedef void (*cci_report_measure_fn)(cci_report_snapshot *s, void *ud);
-int cci_report_dump_measured(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
-                             const char *pattern, const char *format, int force,
-                             cci_report_measure_fn measure, void *ud);
 
 // ---- out of memory -------------------------------------------------------------------------
 
@@ -288,5 +326,9 @@ int cci_report_oom_ex(int fd, cci_allocator *a, cci_report_timeline *tl, size_t 
                       long long device_free, const cci_report_oom_extra *extra);
 size_t cci_report_oom_format_ex(char *buf, size_t buflen, cci_allocator *a, cci_report_timeline *tl,
                                 size_t requested, long long device_free, const cci_report_oom_extra *extra);
+/// The top holders block of the out-of-memory report ("top holders of device N: ..."), at most
+/// `top` call sites, as text into a malloc'ed buffer (*out, *len). 0 or -1.
+/// A hook for the OOM formatter; the preload writes it after the OOM block when stacks are on.
+int cci_report_oom_holders(const cci_report_holders *h, int device, size_t top, char **out, size_t *len);
 
 #endif

@@ -95,18 +95,19 @@ void cci_report_close_destination(int fd)
 int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n, const char *pattern,
                     const char *format, int force)
 {
-    return cci_report_dump_measured(allocs, tls, n, pattern, format, force, NULL, NULL);
-}
-
-int cci_report_dump_measured(cci_allocator *const *allocs, cci_report_timeline *const *tls, int n,
-                             const char *pattern, const char *format, int force, cci_report_measure_fn measure,
-                             void *ud)
-{
     cci_report_snapshot s;
     if (cci_report_snapshot_take(&s, allocs, tls, n) != 0) {
         cci_log(CCI_LOG_ERROR, "report: out of host memory while taking the snapshot");
         return -1;
     }
+    return cci_report_dump_snapshot(&s, pattern, format, force, NULL, NULL);
+}
+
+int cci_report_dump_snapshot(cci_report_snapshot *snap, const char *pattern, const char *format, int force,
+                             cci_report_measure_fn measure, void *ud)
+{
+    cci_report_snapshot s = *snap;
+    memset(snap, 0, sizeof *snap);
     if (!force && !cci_report_has_activity(&s)) {
         cci_report_snapshot_free(&s);
         return 1;

@@ -4,18 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "report_impl.h"
+#include "report_holders.h"
+#include "report_segmap.h"
 
-// Block colours, shared by the segment maps, the legend and the timeline (allocated bytes).
-#define C_ALLOCATED "#2b6cb0"
-#define C_FREE "#f2c14e"
-#define C_WAITING "#9f7aea"
-#define C_RESERVED "#c53030"
+#define C_ALLOCATED CCI_HTML_ALLOCATED
+#define C_FREE CCI_HTML_FREE
+#define C_WAITING CCI_HTML_WAITING
+#define C_UNMAPPED CCI_HTML_UNMAPPED
+#define C_RESERVED CCI_HTML_RESERVED
 
-#define MAP_ROWS 32
-#define MAP_W 900
-#define MAP_LABEL 150
-#define ROW_H 16
 #define TL_W 1000
 #define TL_H 260
 #define TL_LEFT 90
@@ -35,16 +32,7 @@ static const char *const css =
     "ul.advice li{margin:6px 0;max-width:950px}code{background:#edf2f7;padding:1px 4px;word-break:break-all}"
     "svg text{font-family:inherit;font-size:11px;fill:#2d3748}";
 
-// One decimal by integer arithmetic: SVG needs a point whatever the host program's locale says.
-static void num(cci_sb *b, double v)
-{
-    long long t = (long long)(v * 10.0 + (v < 0 ? -0.5 : 0.5));
-    if (t < 0) {
-        cci__sb_putc(b, '-', 1);
-        t = -t;
-    }
-    cci__sb_printf(b, "%lld.%lld", t / 10, t % 10);
-}
+#define num cci__svg_num
 
 static void summary(cci_sb *b, const cci_report_device *d)
 {
@@ -86,51 +74,6 @@ static void frag_table(cci_sb *b, const cci_report_device *d)
                        cci__frag_value(&d->frag_now, r, v[1], sizeof v[1]));
     }
     cci__sb_puts(b, "</tbody></table>\n");
-}
-
-static const char *state_colour(int st) { return st == 1 ? C_ALLOCATED : st == 2 ? C_WAITING : C_FREE; }
-static const char *state_name(int st) { return st == 1 ? "allocated" : st == 2 ? "waiting" : "free"; }
-
-// Each segment is one row at full width, so blocks stay visible in small segments next to huge
-// ones; adjacent blocks in the same state are drawn as one rectangle.
-static void segment_map(cci_sb *b, const cci_layout *l, const char *id, int device)
-{
-    size_t idx[MAP_ROWS];
-    size_t n = cci__largest_segments(l, idx, MAP_ROWS);
-    int h = (int)(n ? n : 1) * ROW_H + 4;
-    cci__sb_printf(b, "<svg class=\"segmap\" id=\"%s-%d\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
-                   "height=\"%d\" viewBox=\"0 0 %d %d\">\n", id, device, MAP_LABEL + MAP_W + 2, h, MAP_LABEL + MAP_W + 2, h);
-    if (n == 0)
-        cci__sb_printf(b, "<text x=\"4\" y=\"%d\">no segments</text>\n", ROW_H - 4);
-    for (size_t i = 0; i < n; i++) {
-        const cci_segment_desc *sd = &l->segments[idx[i]];
-        int y = (int)i * ROW_H + 2;
-        char hs[16];
-        cci__sb_printf(b, "<text x=\"4\" y=\"%d\">%s %s</text>\n", y + ROW_H - 5,
-                       cci__human((int64_t)sd->size, hs, sizeof hs), sd->small_pool ? "small" : "large");
-        for (size_t k = 0; k < sd->nblocks;) {
-            size_t e = k + 1;
-            uint64_t bytes = sd->blocks[k].size;
-            while (e < sd->nblocks && sd->blocks[e].state == sd->blocks[k].state)
-                bytes += sd->blocks[e++].size;
-            double x = MAP_LABEL + (double)(sd->blocks[k].addr - sd->addr) * MAP_W / (double)sd->size;
-            double w = (double)bytes * MAP_W / (double)sd->size;
-            cci__sb_puts(b, "<rect class=\"");
-            cci__sb_puts(b, state_name(sd->blocks[k].state));
-            cci__sb_puts(b, "\" x=\"");
-            num(b, x);
-            cci__sb_printf(b, "\" y=\"%d\" width=\"", y);
-            num(b, w < 1.0 ? 1.0 : w);
-            cci__sb_printf(b, "\" height=\"%d\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.5\">"
-                           "<title>%s, %zu block%s, %s</title></rect>\n", ROW_H - 3, state_colour(sd->blocks[k].state),
-                           state_name(sd->blocks[k].state), e - k, e - k == 1 ? "" : "s",
-                           cci__human((int64_t)bytes, hs, sizeof hs));
-            k = e;
-        }
-    }
-    cci__sb_puts(b, "</svg>\n");
-    if (l->nsegments > n)
-        cci__sb_printf(b, "<p class=\"proc\">The %zu largest of %zu segments.</p>\n", n, l->nsegments);
 }
 
 // A step line through the samples: each value holds until the next sample, and at each sample
@@ -283,16 +226,18 @@ static void device(cci_sb *b, const cci_report_device *d)
                    "<div class=\"legend\"><span><i class=\"sw\" style=\"background:%s\"></i>allocated</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>free (cached)</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>freed, waiting for a stream</span>"
-                   "<span>one row per segment, largest first, drawn at full width</span></div>\n",
-                   C_ALLOCATED, C_FREE, C_WAITING);
+                   "<span><i class=\"sw\" style=\"background:%s\"></i>unmapped (expandable segment)</span>"
+                   "<span>one row per segment, largest first; hover a block for its size, state%s</span></div>\n",
+                   C_ALLOCATED, C_FREE, C_WAITING, C_UNMAPPED, d->stacks ? " and call site (at exit)" : "");
     cci__sb_puts(b, "<h4>At peak reserved</h4>\n");
     if (d->have_peak)
-        segment_map(b, &d->peak, "segmap-peak", d->device);
+        cci__segment_map_html(b, d, &d->peak, "segmap-peak", 0);
     else
         cci__sb_printf(b, "<p class=\"proc\" id=\"segmap-peak-%d\">Not recorded (peak tracking was off).</p>\n",
                        d->device);
     cci__sb_puts(b, "<h4>At exit</h4>\n");
-    segment_map(b, &d->now, "segmap-exit", d->device);
+    cci__segment_map_html(b, d, &d->now, "segmap-exit", 1);
+    cci__holders_html(b, d);
     cci__sb_puts(b, "<div class=\"tables\"><div><h3>Fragmentation</h3>\n");
     frag_table(b, d);
     cci__sb_puts(b, "</div><div><h3>Memory summary</h3>\n");

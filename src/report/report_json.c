@@ -4,6 +4,7 @@
 // advice. Numbers are integers (bytes) except the ratio; addresses fit a double exactly (< 2^53).
 #include <stdio.h>
 
+#include "report_holders.h"
 #include "report_impl.h"
 #include "stats_list.h"
 
@@ -169,7 +170,9 @@ static void device(cci_sb *b, const cci_report_device *d)
                        (unsigned long long)t->t, (unsigned long long)t->allocated, (unsigned long long)t->reserved,
                        (unsigned long long)t->allocated_max, (unsigned long long)t->reserved_max);
     }
-    cci__sb_puts(b, "]},\n    ");
+    cci__sb_puts(b, "]},\n");
+    cci__holders_json(b, d);
+    cci__sb_puts(b, "    ");
     cci__whatif_json(b, d);
     cci__sb_puts(b, "\"advice\": [");
     for (size_t k = 0; k < d->nadvice; k++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "report_holders.h"
 #include "report_impl.h"
 
 #define OOM_BUF 8192
@@ -191,4 +192,16 @@ int cci_report_oom_ex(int fd, cci_allocator *a, cci_report_timeline *tl, size_t 
     put(&o, "ccinterpose[%ld]: error: ", (long)getpid());
     format_oom(&o, a, tl, requested, device_free, extra);
     return cci_report_write_all(fd, buf, o.len);
+}
+
+// The top holders under the OOM block. A hook of its own, so the OOM formatter above can call it
+// too; the preload writes it right after that block when call sites are on (CCI_STACKS).
+int cci_report_oom_holders(const cci_report_holders *h, int device, size_t top, char **out, size_t *len)
+{
+    cci_sb b = {0};
+    char hb[16];
+    cci__sb_printf(&b, "  top holders of device %d (%s requested by live blocks, %zu call site%s):\n", device,
+                   cci__human((int64_t)h->bytes, hb, sizeof hb), h->n, h->n == 1 ? "" : "s");
+    cci__holders_list_text(&b, h, top, "  ", 0);
+    return cci__sb_finish(&b, out, len);
 }

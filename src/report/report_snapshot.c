@@ -147,6 +147,11 @@ void cci__device_free(cci_report_device *d)
     free(d->samples);
     d->samples = NULL;
     d->nsamples = 0;
+    cci_report_holders_free(&d->holders_peak);
+    cci_report_holders_free(&d->holders_now);
+    free(d->block_sites);
+    d->block_sites = NULL;
+    d->nblock_sites = 0;
 }
 
 int cci_report_snapshot_take(cci_report_snapshot *s, cci_allocator *const *allocs,

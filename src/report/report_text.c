@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "report_holders.h"
 #include "report_impl.h"
 
 #define INNER 75          // memory_summary()'s table is 75 characters between its borders
@@ -274,6 +275,8 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         fragmentation(b, d);
         cci__vmm_text(b, d);
         cci__whatif_text(b, d);
+        cci__holders_text(b, d);
+        cci__leaks_text(b, d);
         cci__sb_printf(b, "\nAdvice, device %d:\n", d->device);
         for (size_t k = 0; k < d->nadvice; k++)
             wrapped(b, "  * ", "    ", d->advice[k].text);

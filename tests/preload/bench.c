@@ -65,5 +65,8 @@ int main(void)
     printf("hooked cudaMallocAsync+cudaFreeAsync (same):  %8.1f ns/pair\n", async);
     printf("fake cuMemAlloc_v2+cuMemFree_v2, no cache:    %8.1f ns/pair\n", fake);
     printf("fake cudaGetDevice (part of every hooked malloc): %5.1f ns\n", getdev);
+    // Run it again with CCI_STACKS=8 (and unset) to see the call-site cost: the pairs above are
+    // called from a few frames deep, so 8 frames are captured per allocation.
+    printf("CCI_STACKS=%s\n", getenv("CCI_STACKS") ? getenv("CCI_STACKS") : "(unset)");
     return 0;
 }

@@ -113,6 +113,7 @@ def check_static(html):
 
 
 def check_dom(dom, ndev):
+    all_widths = set()
     for d in range(ndev):
         for ident in [f"device-{d}", f"summary-{d}", f"frag-{d}", f"timeline-{d}", f"segmap-peak-{d}",
                       f"segmap-exit-{d}", f"advice-{d}"]:
@@ -125,11 +126,23 @@ def check_dom(dom, ndev):
         svg = re.search(rf'<svg[^>]*id="segmap-exit-{d}".*?</svg>', dom, re.S)
         check(svg and '<rect class="allocated"' in svg.group(0), f"device {d}: no allocated block at exit")
         check(svg and '<rect class="free"' in svg.group(0), f"device {d}: no free block at exit")
+        # To scale: the map says its scale, each segment has an outline, each block a hover title.
+        check(re.search(rf'id="segmap-exit-scale-{d}" data-scale="(linear|log)"', dom),
+              f"device {d}: the exit map does not state its scale")
+        check(svg and '<rect class="segment"' in svg.group(0), f"device {d}: no segment outline")
+        check(svg and re.search(r"<title>allocated, [0-9.]+ [KMG]?i?B \(requested [0-9.]+ [KMG]?i?B\) at 0x",
+                                svg.group(0)), f"device {d}: allocated blocks have no size/requested title")
+        widths = [float(w) for w in re.findall(r'<rect class="segment" x="[0-9.]+" y="[0-9]+" width="([0-9.]+)"',
+                                                svg.group(0) if svg else "")]
+        all_widths.update(widths)
+        check(f'id="leaks-{d}"' in dom, f"device {d}: no leak-or-cache table")
+        check(f'id="holders-off-{d}"' in dom, f"device {d}: no word on call sites being off")
         tl = re.search(rf'<svg[^>]*id="timeline-{d}".*?</svg>', dom, re.S)
         check(tl and 'class="reserved"' in tl.group(0) and 'class="allocated"' in tl.group(0),
               f"device {d}: timeline lines")
         advice = re.search(rf'<ul class="advice" id="advice-{d}">(.*?)</ul>', dom, re.S)
         check(advice and "<li" in advice.group(1), f"device {d}: no advice")
+    check(len(all_widths) > 1, f"every segment of every map drawn at one width: {sorted(all_widths)[:3]}")
     check("max_split_size_mb:64" in dom, "the split advice of the misses workload")
 
 
