@@ -7,8 +7,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "backend_cuda_fence.h"
 #include "log.h"
 #include "real.h"
+#include "stream_registry.h"
 #include "streams.h"
 
 // A thread may reach cudaMalloc before the runtime ever made a context current in it, so we hold
@@ -135,6 +137,9 @@ static const cci_backend_ops cuda_ops = {
     .release = release,
     .capacity = capacity,
     .synchronize = synchronize,
+    // Fences (issue 12): events instead of device-wide synchronisation, backend_cuda_fence.c.
+    .caps = CCI_CAP_FENCES,
+    .fence = &cci_cuda_fence_ops,
 };
 
 cci_backend cci_cuda_backend(void)
@@ -154,6 +159,8 @@ int cci_cuda_backend_init(void)
 
 void cci_cuda_backend_drop_device(int device)
 {
+    cci_stream_registry_drop_device(device);
+    cci_cuda_fence_drop_device(device);
     pthread_mutex_lock(&primary_lock);
     CUcontext c = atomic_exchange(&primary[device], NULL);
     if (c) {

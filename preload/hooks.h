@@ -29,5 +29,11 @@ CCI_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, c
                                                           cudaStreamCaptureMode mode);
 CCI_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
 CCI_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+CCI_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream);
+CCI_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
+CCI_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
+                                                    int priority);
+CCI_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream);
+CCI_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
 
 #endif

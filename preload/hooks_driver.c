@@ -75,3 +75,29 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     return cci_pl_cu_ctx_destroy(ctx, 1);
 }
+
+// Streams and peer access: observed for the stream rule, then forwarded (intercept_driver.c).
+CUresult cuStreamCreate(CUstream *s, unsigned flags)
+{
+    return cci_pl_cu_stream_create(s, flags, 0, 0);
+}
+
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
+{
+    return cci_pl_cu_stream_create(s, flags, prio, 1);
+}
+
+CUresult cuStreamDestroy(CUstream s)
+{
+    return cci_pl_cu_stream_destroy(s, 0);
+}
+
+CUresult cuStreamDestroy_v2(CUstream s)
+{
+    return cci_pl_cu_stream_destroy(s, 1);
+}
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags)
+{
+    return cci_pl_cu_ctx_enable_peer_access(peer, flags);
+}

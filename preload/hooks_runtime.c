@@ -93,3 +93,29 @@ cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
 {
     return cci_pl_end_capture(stream, pGraph, 1);
 }
+
+// Streams and peer access: observed for the stream rule, then forwarded (intercept_runtime.c).
+cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+    return cci_pl_stream_create(pStream, 0, 0, CCI_STREAM_CREATE_PLAIN);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    return cci_pl_stream_create(pStream, flags, 0, CCI_STREAM_CREATE_FLAGS);
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+    return cci_pl_stream_create(pStream, flags, priority, CCI_STREAM_CREATE_PRIORITY);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    return cci_pl_stream_destroy(stream);
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    return cci_pl_device_enable_peer_access(peerDevice, flags);
+}

@@ -12,10 +12,12 @@
 #include <stdint.h>
 
 #include "backend_cuda.h"
+#include "backend_cuda_fence.h"
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
 #include "state.h"
+#include "stream_registry.h"
 #include "streams.h"
 
 // 1 when this call is the driver level's to handle: not already handled by a runtime hook that
@@ -237,4 +239,55 @@ CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2)
         }
     }
     return real(ctx);
+}
+
+// ---- streams and peer access (issue 12): observed for the stream rule ----------------------
+// Not gated by the levels or the layer's state: the registry must know every stream the program
+// ever created, from its first call on. A runtime hook that is forwarding already did this.
+
+static int ctx_device(const cci_real_driver *t)
+{
+    CUdevice dev = 0;
+    if (!t->cuCtxGetDevice || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        return 0;
+    return dev;
+}
+
+CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int with_priority)
+{
+    const cci_real_driver *t = cci_real_drv();
+    if (with_priority ? !t->cuStreamCreateWithPriority : !t->cuStreamCreate)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int observe = !cci_pl_forwarding();
+    // Before the stream exists: blocks freed at once until now must have no work left
+    // (stream_registry.h, the switch).
+    if (observe)
+        cci_rule_switch(CCI_RULE_STREAM_CREATED);
+    CUresult rc = with_priority ? t->cuStreamCreateWithPriority(s, flags, priority)
+                                : t->cuStreamCreate(s, flags);
+    if (observe && rc == CUDA_SUCCESS && s)
+        cci_stream_registry_add(*s, ctx_device(t), flags);
+    return rc;
+}
+
+CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUstream) = v2 ? t->cuStreamDestroy_v2 : t->cuStreamDestroy;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    // Its last work stays covered by every fence until it has run (backend_cuda_fence.c).
+    if (!cci_pl_forwarding())
+        cci_stream_registry_remove(s, cci_cuda_fence_retire_stream);
+    return real(s);
+}
+
+CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags)
+{
+    const cci_real_driver *t = cci_real_drv();
+    if (!t->cuCtxEnablePeerAccess)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!cci_pl_forwarding())
+        cci_rule_switch(CCI_RULE_PEER_ACCESS);
+    return t->cuCtxEnablePeerAccess(peer, flags);
 }

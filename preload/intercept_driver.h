@@ -15,5 +15,9 @@ CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdevi
 CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr);
 CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2);
 CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2);
+/// Streams and peer access, observed for the stream rule (stream_registry.h).
+CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int with_priority);
+CUresult cci_pl_cu_stream_destroy(CUstream s, int v2);
+CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags);
 
 #endif

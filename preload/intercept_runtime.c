@@ -13,10 +13,12 @@
 #include <stdint.h>
 
 #include "backend_cuda.h"
+#include "backend_cuda_fence.h"
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
 #include "state.h"
+#include "stream_registry.h"
 #include "streams.h"
 
 static int runtime_level(void)
@@ -221,6 +223,50 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
         rc = runtime_error(cudaErrorInvalidValue);
     else
         rc = rt->cudaIpcGetMemHandle(h, p);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+// ---- streams and peer access (issue 12): observed for the stream rule ----------------------
+// Not gated by the levels or the layer's state (the registry must see every stream from the
+// first call on). Marked forwarding, so that a real cudart's call into our driver wrappers is
+// not observed twice.
+
+cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, int which)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    // Before the stream exists (stream_registry.h, the switch).
+    cci_rule_switch(CCI_RULE_STREAM_CREATED);
+    cudaError_t rc = which == CCI_STREAM_CREATE_PLAIN      ? rt->cudaStreamCreate(s)
+                     : which == CCI_STREAM_CREATE_FLAGS    ? rt->cudaStreamCreateWithFlags(s, flags)
+                                                           : rt->cudaStreamCreateWithPriority(s, flags, priority);
+    int device = 0;
+    if (rc == cudaSuccess && s) {
+        if (rt->cudaGetDevice(&device) != cudaSuccess)
+            device = 0;
+        cci_stream_registry_add(*s, device, which == CCI_STREAM_CREATE_PLAIN ? 0 : flags);
+    }
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_stream_destroy(cudaStream_t s)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    cci_stream_registry_remove(s, cci_cuda_fence_retire_stream);
+    cudaError_t rc = rt->cudaStreamDestroy(s);
+    cci_pl_forwarding_end(outer);
+    return rc;
+}
+
+cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    int outer = cci_pl_forwarding_begin();
+    cci_rule_switch(CCI_RULE_PEER_ACCESS);
+    cudaError_t rc = rt->cudaDeviceEnablePeerAccess(peer, flags);
     cci_pl_forwarding_end(outer);
     return rc;
 }

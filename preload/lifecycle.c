@@ -12,12 +12,14 @@
 
 #include "backend_cuda.h"
 #include "callsites.h"
+#include "backend_cuda_fence.h"
 #include "levels.h"
 #include "log.h"
 #include "real.h"
 #include "reporting.h"
 #include "settings.h"
 #include "state.h"
+#include "stream_registry.h"
 #include "streams.h"
 #include "trace_record.h"
 
@@ -67,6 +69,8 @@ static void fork_child(void)
     cci_pl_levels_atfork_child();
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
+    cci_stream_registry_atfork_child();
+    cci_cuda_fence_atfork_child();
     cci_pl_report_atfork_child();
     cci_callsites_atfork_child();
     cci_trace_fork_child();
@@ -89,6 +93,12 @@ static void start(void)
     const cci_settings *s = cci_settings_get();
     if (s->bad_log[0])
         cci_log(CCI_LOG_WARNING, "CCI_LOG=%s is not one of error, warning, info, debug; ignored", s->bad_log);
+    if (s->bad_debug_unsafe[0])
+        cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE=%s is not a comma-separated list of no-fences, "
+                "no-stream-rule; ignored", s->bad_debug_unsafe);
+    else if (s->debug_unsafe)
+        cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE is set: test-only, freed blocks may be reused "
+                "while queued work still uses them");
     (void)cci_real_rt();
     int mode = cci__state_decide_mode(s);
     if (mode == CCI_MODE_ACTIVE) {
@@ -119,7 +129,8 @@ void cci_lifecycle_init(void)
 //      whatever a later step does (the steps below record no events);
 //   2. the exit report (CCI_REPORT, stderr by default);
 //   3. the per-level line (CCI_LOG=info), then
-//   4. one summary line per device (CCI_LOG=info).
+//   4. one summary line per device (CCI_LOG=info);
+//   5. the stream rule the run ended under, fences and host waits (CCI_LOG=info).
 //   2-4 keep the order these lines have always had on stderr.
 
 __attribute__((destructor)) static void at_exit(void)
@@ -133,4 +144,5 @@ __attribute__((destructor)) static void at_exit(void)
     cci_pl_report_exit();
     cci_pl_levels_summary();
     cci_pl_exit_summary();
+    cci_rule_log_exit();
 }

@@ -28,6 +28,19 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     return cci_real_dlsym_fn()(handle, name);
 }
 
+// ---- issue 12 (stream registry and fences): the runtime entry points that create or destroy
+// streams or enable peer access. Hooked only to keep the stream registry (stream_registry.c)
+// up to date; each forwards with the real answer. OPTIONAL: a missing one answers the stub's
+// cudaErrorInitializationError, as the program's own call would fail without a runtime.
+#define CCI_REAL_RUNTIME_STREAMS(X)                                                          \
+    X(cudaStreamCreate, OPTIONAL, (cudaStream_t * s), (s))                                   \
+    X(cudaStreamCreateWithFlags, OPTIONAL, (cudaStream_t * s, unsigned flags), (s, flags))   \
+    X(cudaStreamCreateWithPriority, OPTIONAL, (cudaStream_t * s, unsigned flags, int prio),  \
+      (s, flags, prio))                                                                      \
+    X(cudaStreamDestroy, OPTIONAL, (cudaStream_t s), (s))                                    \
+    X(cudaDeviceEnablePeerAccess, OPTIONAL, (int peer, unsigned flags), (peer, flags))
+// ---- end of issue 12 (runtime)
+
 // ---- the runtime (libcudart) ----------------------------------------------------------------
 // X(name, need, parameter list, argument list). A missing entry of either kind answers
 // cudaErrorInitializationError (a stub), so callers never check.
@@ -62,7 +75,8 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
        const cudaGraphEdgeData *edata, size_t ndeps, cudaStreamCaptureMode m),               \
       (s, g, deps, edata, ndeps, m))                                                         \
     X(cudaStreamEndCapture, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))              \
-    X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))
+    X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))        \
+    CCI_REAL_RUNTIME_STREAMS(X)
 
 typedef struct cci_real_runtime {
 #define CCI_X(name, need, params, args) cudaError_t(*name) params;
@@ -93,6 +107,38 @@ static inline const cci_real_runtime *cci_real_rt(void)
 //   OPTIONAL: whoever calls it checks for NULL: a wrapper answers CUDA_ERROR_NOT_INITIALIZED, a
 //             helper question falls back to the runtime or to "not ours".
 
+// ---- issue 12 (stream registry and fences): driver entries ----------------------------------
+// An event handle (the ABI's CUevent; cudaEvent_t is the same pointer).
+typedef struct CUevent_st *CUevent;
+#define CCI_CU_STREAM_LEGACY ((CUstream)0x1)
+#define CCI_CU_STREAM_NON_BLOCKING 0x1u
+#define CCI_CU_EVENT_DISABLE_TIMING 0x2u
+#define CCI_CUDA_ERROR_NOT_READY 600
+
+/// Wrapped (part of CCI_REAL_DRIVER_WRAPPED, so the resolver and the dlsym hook hand out ours):
+/// stream creation and destruction below the runtime (NCCL, XLA, static cudart) and peer access,
+/// observed for the stream rule (stream_registry.c). OPTIONAL: a wrapper whose real function is
+/// missing answers CUDA_ERROR_NOT_INITIALIZED.
+#define CCI_REAL_DRIVER_WRAPPED_STREAMS(X) CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(X)
+#define CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(X)                                              \
+    X(cuStreamCreate, OPTIONAL, (CUstream * s, unsigned flags), (s, flags))                  \
+    X(cuStreamCreateWithPriority, OPTIONAL, (CUstream * s, unsigned flags, int prio),        \
+      (s, flags, prio))                                                                      \
+    X(cuStreamDestroy, OPTIONAL, (CUstream s), (s))                                          \
+    X(cuStreamDestroy_v2, OPTIONAL, (CUstream s), (s))                                       \
+    X(cuCtxEnablePeerAccess, OPTIONAL, (CUcontext peer, unsigned flags), (peer, flags))
+
+/// Called by the CUDA fence group (backend_cuda_fence.c). OPTIONAL: without all of the event
+/// calls the backend offers no fences and the core synchronises the device instead.
+#define CCI_REAL_DRIVER_CALLED_FENCES(X)                                                     \
+    X(cuEventCreate, OPTIONAL, (CUevent * e, unsigned flags), (e, flags))                    \
+    X(cuEventRecord, OPTIONAL, (CUevent e, CUstream s), (e, s))                              \
+    X(cuEventQuery, OPTIONAL, (CUevent e), (e))                                              \
+    X(cuEventSynchronize, OPTIONAL, (CUevent e), (e))                                        \
+    X(cuEventDestroy_v2, OPTIONAL, (CUevent e), (e))                                         \
+    X(cuStreamSynchronize, OPTIONAL, (CUstream s), (s))
+// ---- end of issue 12 (driver)
+
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.
 /// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
 /// cuMemAlloc, and both spellings of the teardown calls (their signatures agree).
@@ -119,7 +165,8 @@ static inline const cci_real_runtime *cci_real_rt(void)
     X(cuGetProcAddress_v2, OPTIONAL,                                                         \
       (const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,                   \
        CUdriverProcAddressQueryResult *status),                                              \
-      (symbol, pfn, cuda_version, flags, status))
+      (symbol, pfn, cuda_version, flags, status))                                            \
+    CCI_REAL_DRIVER_WRAPPED_STREAMS(X)
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \
@@ -137,7 +184,8 @@ static inline const cci_real_runtime *cci_real_rt(void)
     X(cuDevicePrimaryCtxGetState, OPTIONAL, (CUdevice dev, unsigned *flags, int *active),    \
       (dev, flags, active))                                                                  \
     X(cuStreamIsCapturing, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))      \
-    X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))
+    X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st)) \
+    CCI_REAL_DRIVER_CALLED_FENCES(X)
 
 typedef struct cci_real_driver {
 #define CCI_X(name, need, params, args) CUresult(*name) params;

@@ -20,14 +20,25 @@
 typedef struct substitution {
     const char *name;
     void *wrapper;
-    size_t real;  // offset of the real function in cci_real_driver
+    size_t real;     // offset of the real function in cci_real_driver
+    int observer;    // only observes (streams, peer access): handed out whatever the levels
 } substitution;
 
+// The stream and peer-access wrappers (CCI_REAL_DRIVER_WRAPPED_STREAMS) change nothing the
+// program sees; they keep the stream registry whose rule protects the runtime level's frees too,
+// so they are handed out even when intercept_level leaves the driver level off.
+#define CCI_X(name, need, params, args) {#name, (void *)name, offsetof(cci_real_driver, name), 0},
+#define CCI_X_OBSERVER(name, need, params, args) \
+    {#name, (void *)name, offsetof(cci_real_driver, name), 1},
 static const substitution table[] = {
-#define CCI_X(name, need, params, args) {#name, (void *)name, offsetof(cci_real_driver, name)},
+#undef CCI_REAL_DRIVER_WRAPPED_STREAMS
+#define CCI_REAL_DRIVER_WRAPPED_STREAMS(X) CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(CCI_X_OBSERVER)
     CCI_REAL_DRIVER_WRAPPED(CCI_X)
-#undef CCI_X
 };
+#undef CCI_X
+#undef CCI_X_OBSERVER
+#undef CCI_REAL_DRIVER_WRAPPED_STREAMS
+#define CCI_REAL_DRIVER_WRAPPED_STREAMS(X) CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(X)
 #define NSUBST (sizeof table / sizeof table[0])
 
 static void *real_of(const cci_real_driver *t, const substitution *s)
@@ -47,11 +58,14 @@ int cci_drv_is_ours(const void *p)
 
 void *cci_drv_substitute(const char *name, void *real)
 {
-    if (!real || !(cci_pl_levels() & CCI_LEVEL_DRIVER) || cci_drv_is_ours(real))
+    if (!real || cci_drv_is_ours(real))
         return real;
+    int driver_level = (cci_pl_levels() & CCI_LEVEL_DRIVER) != 0;
     // The first driver library seen is ours to wrap; `real` leads to it when nothing has yet.
     const cci_real_driver *t = cci_real_drv_from(real);
     for (size_t i = 0; i < NSUBST; i++) {
+        if (!driver_level && !table[i].observer)
+            continue;
         if ((!name || strcmp(name, table[i].name) == 0) && real_of(t, &table[i]) == real)
             return table[i].wrapper;
     }
@@ -75,7 +89,8 @@ CCI_NO_SANITIZE int cci_drv_is_wrapped_name(const char *name)
     if (name[0] != 'c' || name[1] != 'u')
         return 0;
     char third = name[2];
-    if (third != 'C' && third != 'D' && third != 'G' && third != 'I' && third != 'M')
+    if (third != 'C' && third != 'D' && third != 'G' && third != 'I' && third != 'M' &&
+        third != 'S')
         return 0;
 #define CCI_X(name_, need, params, args) \
     if (same(name, #name_))              \

@@ -9,7 +9,9 @@
 #include "levels.h"
 #include "log.h"
 #include "reporting.h"
+#include "settings.h"
 #include "state.h"
+#include "stream_registry.h"
 
 // The device this thread allocated on last: the first allocator a free asks, so a single-device
 // program (and most threads of a multi-device one) finds its block in one lookup. Initial-exec:
@@ -25,6 +27,10 @@ static const char *invalid_value_name(int level)
 
 int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
 {
+    // Before the allocator is asked (no lock held): a second thread or device switches the
+    // stream rule, synchronising the devices first (stream_registry.h).
+    cci_rule_note_thread();
+    cci_rule_note_device(device);
     cci_allocator *a = cci_state_allocator(device);
     if (!a)
         return CCI_ENOTOURS;
@@ -47,10 +53,20 @@ int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr
 
 cci_free_mode cci_serve_sync_free_mode(void)
 {
-    // A real cudaFree waits for the device, so work still queued anywhere may use the block: it
-    // waits for the core's next batched synchronisation unless the program opted out.
-    return cci_state_config()->immediate_reuse && !cci_capture_maybe_active() ? CCI_FREE_NOW
-                                                                               : CCI_FREE_DEFERRED;
+    // A real cudaFree waits for the device, so work still queued anywhere may use the block. The
+    // stream rule (stream_registry.h) says when that work can only be ordered before the next
+    // owner's: then the block is reusable at once; otherwise it waits for a fence on every stream
+    // that may use it. During a capture nothing may be recorded: the block waits for a later
+    // synchronisation, as before. immediate_reuse:True: always at once (unsafe, documented).
+    cci_rule_note_thread();
+    if (__builtin_expect(cci_capture_maybe_active(), 0))
+        return CCI_FREE_DEFERRED;
+    if (cci_rule_ordered() || cci_state_config()->immediate_reuse)
+        return CCI_FREE_NOW;
+    // Test-only (CCI_DEBUG_UNSAFE=no-fences): the fence is skipped, the layer is unsafe.
+    if (__builtin_expect(cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_FENCES, 0))
+        return CCI_FREE_NOW;
+    return CCI_FREE_FENCED;
 }
 
 int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,

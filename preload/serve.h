@@ -35,9 +35,9 @@ int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr
 
 // ---- release -------------------------------------------------------------------------------
 
-/// The mode of a free that waits for the device in CUDA (cudaFree, cuMemFree): deferred to the
-/// core's next batched synchronisation, unless the program opted into immediate reuse (and no
-/// capture may be underway).
+/// The mode of a free that waits for the device in CUDA (cudaFree, cuMemFree), by the stream rule
+/// (stream_registry.h): NOW while the program's work can only be ordered (or under
+/// immediate_reuse:True), FENCED after the switch, DEFERRED while a capture may be underway.
 cci_free_mode cci_serve_sync_free_mode(void);
 
 /// The mode of a stream-ordered free (cudaFreeAsync, cuMemFreeAsync). Freed inside a capture,

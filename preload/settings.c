@@ -177,6 +177,28 @@ static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
+// CCI_DEBUG_UNSAFE: see settings.h. Any unknown word refuses the whole value (the knob stays off).
+static void read_debug_unsafe(cci_settings *s, const char *value)
+{
+    if (!value || !*value)
+        return;
+    unsigned bits = 0;
+    const char *p = value;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 9 && strncmp(p, "no-fences", n) == 0)
+            bits |= CCI_DEBUG_UNSAFE_NO_FENCES;
+        else if (n == 14 && strncmp(p, "no-stream-rule", n) == 0)
+            bits |= CCI_DEBUG_UNSAFE_NO_STREAM_RULE;
+        else {
+            snprintf(s->bad_debug_unsafe, sizeof s->bad_debug_unsafe, "%s", value);
+            return;
+        }
+        p += n + (p[n] == ',');
+    }
+    s->debug_unsafe = bits;
+}
+
 void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
 {
     memset(s, 0, sizeof *s);
@@ -200,6 +222,7 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     if (s->rank < 0)
         s->rank = parse_rank(lookup("LOCAL_RANK"));
     read_whatif(s, lookup);
+    read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 
 static void read_process_settings(void)

@@ -61,7 +61,18 @@ typedef struct cci_settings {
     uint64_t history_max;           ///< default CCI_HISTORY_DEFAULT_MAX (history.h)
     double whatif_seconds;          ///< default 2
     char bad_whatif[64];            ///< a refused value of either, "" when none (defaults kept)
+    // CCI_DEBUG_UNSAFE=no-fences|no-stream-rule (comma-separated): a TEST-ONLY knob that makes the
+    // layer UNSAFE on purpose, so that the hazard tests can prove they detect early reuse without
+    // the fence (fenced frees become reusable at once) or without the stream rule (the process
+    // never leaves the ordered rule and never synchronises at the switch). Never set it otherwise.
+    unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
+    char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
 } cci_settings;
+
+enum {
+    CCI_DEBUG_UNSAFE_NO_FENCES = 1u << 0,
+    CCI_DEBUG_UNSAFE_NO_STREAM_RULE = 1u << 1,
+};
 
 /// The settings of this process, read on the first call (thread-safe, lock-free afterwards).
 const cci_settings *cci_settings_get(void);

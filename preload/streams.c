@@ -8,6 +8,7 @@
 #include "streams.h"
 
 #include "real.h"
+#include "stream_registry.h"
 
 _Atomic int cci__captures;
 
@@ -51,6 +52,7 @@ int cci_stream_capturing(cudaStream_t s, int ptsz)
 cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
+    cci_rule_switch(CCI_RULE_CAPTURE);  // before the capture: no sync is possible during it
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCapture_ptsz(s, m) : rt->cudaStreamBeginCapture(s, m);
     if (rc == cudaSuccess)
         atomic_fetch_add(&cci__captures, 1);
@@ -63,6 +65,7 @@ cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
                                           cudaStreamCaptureMode m, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
+    cci_rule_switch(CCI_RULE_CAPTURE);
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCaptureToGraph_ptsz(s, g, deps, edata, ndeps, m)
                           : rt->cudaStreamBeginCaptureToGraph(s, g, deps, edata, ndeps, m);
     if (rc == cudaSuccess)

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend's fence group (src/core/backend.h, cci_backend_fence_ops).
+//
+// A fence is a set of events. The core records every fence for CCI_STREAM_ALL: a block freed with
+// cudaFree may have been used by any stream. Which streams "all" must cover, from the ordering
+// facts (docs/reuse-modes.md):
+//   - the legacy stream of every device whose primary context we hold: an event there passes only
+//     once all earlier work of every blocking stream and every per-thread default stream of that
+//     context has finished (they are ordered with the legacy stream), and work of another device
+//     (peer access, peer copies) is covered by that device's own legacy event;
+//   - every live non-blocking stream (ordered with nothing but itself), runtime- or
+//     driver-created (stream_registry.c);
+//   - every destroyed stream whose last work may still be pending: an event recorded on it just
+//     before the destroy was forwarded, kept until it has passed.
+// Events come from a pool per device (created with CU_EVENT_DISABLE_TIMING only when the pool is
+// empty), never one per free: the core records one fence per batch of frees.
+//
+// During a capture nothing may be recorded on the legacy stream (it would invalidate a global
+// capture), so record fails with CCI_EBACKEND and the core falls back (frees wait, as DEFERRED).
+// wait() blocks; the core never calls it with the allocator lock held.
+#include "backend_cuda_fence.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "backend_cuda.h"
+#include "log.h"
+#include "real.h"
+#include "stream_registry.h"
+#include "streams.h"
+
+// ---- the primary context around each driver call -------------------------------------------
+
+typedef struct fence_scope {
+    int relaxed;
+    CUstreamCaptureMode saved;
+} fence_scope;
+
+// As backend_cuda.c's enter(): the device's primary context current, and while some stream may
+// capture, the relaxed capture mode so that our query cannot invalidate a global-mode capture.
+static int scope_enter(int device, fence_scope *sc)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUcontext c = cci_cuda_backend_primary(device, 1);
+    if (!c)
+        return -1;
+    sc->relaxed = 0;
+    if (cci_capture_maybe_active() && t->cuThreadExchangeStreamCaptureMode) {
+        sc->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
+        sc->relaxed = t->cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
+    }
+    if (t->cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
+        if (sc->relaxed)
+            t->cuThreadExchangeStreamCaptureMode(&sc->saved);
+        return -1;
+    }
+    return 0;
+}
+
+static void scope_leave(fence_scope *sc)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUcontext popped;
+    t->cuCtxPopCurrent_v2(&popped);
+    if (sc->relaxed)
+        t->cuThreadExchangeStreamCaptureMode(&sc->saved);
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+// The last work of a destroyed stream: shared by every fence recorded while it may be pending.
+typedef struct retired {
+    CUevent ev;
+    int device;
+    int refs;  // the retired list's own reference, plus one per fence holding it
+    unsigned gen;
+    struct retired *next;
+} retired;
+
+typedef struct fence_event {
+    CUevent ev;
+    int device;
+    retired *shared;  // NULL: the fence's own event, back to the pool at release
+    unsigned gen;     // the device's context generation the event belongs to
+} fence_event;
+
+typedef struct cuda_fence {
+    size_t n, cap;
+    size_t passed;  // events [0, passed) are known to have passed
+    fence_event *ev;
+} cuda_fence;
+
+// One lock for the pools and the retired list; taken inside the registry lock (never around it).
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct event_pool {
+    CUevent *ev;
+    size_t n, cap;
+} event_pool;
+static event_pool pools[CCI_PL_MAX_DEVICES];
+static retired *retired_list;
+// Bumped when a device's primary context goes (cudaDeviceReset, cuDevicePrimaryCtxReset): its
+// events went with it, so an event of an older generation is forgotten, never reused.
+static unsigned generation[CCI_PL_MAX_DEVICES];
+
+static int have_events(const cci_real_driver *t)
+{
+    return t->cuEventCreate && t->cuEventRecord && t->cuEventQuery && t->cuEventSynchronize &&
+           t->cuEventDestroy_v2;
+}
+
+// An event of `device` from the pool (created when the pool is empty). pool_lock held; inside
+// the device's scope.
+static CUevent pool_get_locked(int device)
+{
+    event_pool *p = &pools[device];
+    if (p->n)
+        return p->ev[--p->n];
+    CUevent e = NULL;
+    if (cci_real_drv()->cuEventCreate(&e, CCI_CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        return NULL;
+    return e;
+}
+
+static void pool_put_locked(int device, CUevent e, unsigned gen)
+{
+    event_pool *p = &pools[device];
+    if (gen != generation[device])
+        return;
+    if (p->n == p->cap) {
+        size_t want = p->cap ? 2 * p->cap : 16;
+        CUevent *grown = realloc(p->ev, want * sizeof *grown);
+        if (!grown) {
+            fence_scope sc;  // no room to keep it: destroy it instead
+            if (scope_enter(device, &sc) == 0) {
+                cci_real_drv()->cuEventDestroy_v2(e);
+                scope_leave(&sc);
+            }
+            return;
+        }
+        p->ev = grown;
+        p->cap = want;
+    }
+    p->ev[p->n++] = e;
+}
+
+static void drop_retired_ref_locked(retired *r)
+{
+    if (--r->refs == 0) {
+        pool_put_locked(r->device, r->ev, r->gen);
+        free(r);
+    }
+}
+
+static int fence_push(cuda_fence *f, CUevent e, int device, retired *shared, unsigned gen)
+{
+    if (f->n == f->cap) {
+        size_t want = f->cap ? 2 * f->cap : 8;
+        fence_event *grown = realloc(f->ev, want * sizeof *grown);
+        if (!grown)
+            return -1;
+        f->ev = grown;
+        f->cap = want;
+    }
+    f->ev[f->n++] = (fence_event){.ev = e, .device = device, .shared = shared, .gen = gen};
+    return 0;
+}
+
+// Records one pooled event of `device` on `s` into f. pool_lock held. 0 or -1.
+static int record_on_locked(cuda_fence *f, int device, CUstream s)
+{
+    fence_scope sc;
+    if (scope_enter(device, &sc))
+        return -1;
+    CUevent e = pool_get_locked(device);
+    CUresult r = e ? cci_real_drv()->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
+    scope_leave(&sc);
+    unsigned gen = generation[device];
+    if (r != CUDA_SUCCESS) {
+        if (e)
+            pool_put_locked(device, e, gen);
+        cci_log(CCI_LOG_DEBUG, "device %d: recording a fence event on stream %p failed "
+                "(CUresult %d)", device, (void *)s, r);
+        return -1;
+    }
+    if (fence_push(f, e, device, NULL, gen)) {
+        pool_put_locked(device, e, gen);
+        return -1;
+    }
+    return 0;
+}
+
+static int record_on_stream(CUstream s, int device, void *arg)
+{
+    pthread_mutex_lock(&pool_lock);
+    int rc = record_on_locked(arg, device, s);
+    pthread_mutex_unlock(&pool_lock);
+    return rc;
+}
+
+// 1 passed, 0 pending, -1 error. Inside no lock but pool_lock's caller's choice.
+static int event_passed(CUevent e, int device)
+{
+    fence_scope sc;
+    if (scope_enter(device, &sc))
+        return -1;
+    CUresult r = cci_real_drv()->cuEventQuery(e);
+    scope_leave(&sc);
+    if (r == CUDA_SUCCESS)
+        return 1;
+    return r == CCI_CUDA_ERROR_NOT_READY ? 0 : -1;
+}
+
+static void fence_free(cuda_fence *f)
+{
+    pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->ev[i].shared)
+            drop_retired_ref_locked(f->ev[i].shared);
+        else
+            pool_put_locked(f->ev[i].device, f->ev[i].ev, f->ev[i].gen);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(f->ev);
+    free(f);
+}
+
+// ---- the fence group ------------------------------------------------------------------------
+
+static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
+{
+    (void)ctx;
+    (void)device;  // every device's work may touch this device's memory (peer access): all
+    (void)stream;  // the core only asks for CCI_STREAM_ALL; any other key is covered by "all"
+    const cci_real_driver *t = cci_real_drv();
+    if (cci_capture_maybe_active() || !have_events(t) ||
+        atomic_load(&cci__stream_registry_incomplete))
+        return CCI_EBACKEND;
+    cuda_fence *f = calloc(1, sizeof *f);
+    if (!f)
+        return CCI_EBACKEND;
+    int rc = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++)
+        if (cci_cuda_backend_primary(d, 0))
+            rc = record_on_locked(f, d, CCI_CU_STREAM_LEGACY);
+    pthread_mutex_unlock(&pool_lock);
+    if (rc == 0)
+        rc = cci_stream_registry_each_nonblocking(record_on_stream, f);
+    // After the live streams: a stream destroyed meanwhile was either recorded above or is in
+    // the retired list by now (the registry retires it before it leaves the list).
+    pthread_mutex_lock(&pool_lock);
+    for (retired **pr = &retired_list; rc == 0 && *pr;) {
+        retired *r = *pr;
+        int passed = event_passed(r->ev, r->device);
+        if (passed == 1) {
+            *pr = r->next;
+            drop_retired_ref_locked(r);
+            continue;
+        }
+        if (passed < 0 || fence_push(f, r->ev, r->device, r, r->gen)) {
+            rc = -1;
+            break;
+        }
+        r->refs++;
+        pr = &r->next;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (rc != 0 || f->n == 0) {
+        fence_free(f);
+        return CCI_EBACKEND;
+    }
+    *out = (cci_fence)(uintptr_t)f;
+    return CCI_OK;
+}
+
+static int fence_query(void *ctx, int device, cci_fence handle)
+{
+    (void)ctx;
+    (void)device;
+    cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
+    while (f->passed < f->n) {
+        int p = event_passed(f->ev[f->passed].ev, f->ev[f->passed].device);
+        if (p <= 0)
+            return p < 0 ? CCI_EBACKEND : 0;
+        f->passed++;
+    }
+    return 1;
+}
+
+static int fence_wait(void *ctx, int device, cci_fence handle)
+{
+    (void)ctx;
+    (void)device;
+    cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
+    for (; f->passed < f->n; f->passed++) {
+        fence_scope sc;
+        if (scope_enter(f->ev[f->passed].device, &sc))
+            return CCI_EBACKEND;
+        CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[f->passed].ev);
+        scope_leave(&sc);
+        if (r != CUDA_SUCCESS) {
+            cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
+                    f->ev[f->passed].device, r);
+            return CCI_EBACKEND;
+        }
+    }
+    return CCI_OK;
+}
+
+static void fence_release(void *ctx, int device, cci_fence handle)
+{
+    (void)ctx;
+    (void)device;
+    fence_free((cuda_fence *)(uintptr_t)handle);
+}
+
+const cci_backend_fence_ops cci_cuda_fence_ops = {
+    .record = fence_record,
+    .query = fence_query,
+    .wait = fence_wait,
+    .release = fence_release,
+};
+
+// ---- destroyed streams ----------------------------------------------------------------------
+
+void cci_cuda_fence_retire_stream(CUstream s, int device)
+{
+    const cci_real_driver *t = cci_real_drv();
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES || !have_events(t))
+        return;
+    retired *r = calloc(1, sizeof *r);
+    fence_scope sc;
+    if (scope_enter(device, &sc))
+        goto fail;
+    pthread_mutex_lock(&pool_lock);
+    CUevent e = r ? pool_get_locked(device) : NULL;
+    CUresult rc = e ? t->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
+    if (rc == CUDA_SUCCESS) {
+        *r = (retired){.ev = e, .device = device, .refs = 1, .gen = generation[device],
+                       .next = retired_list};
+        retired_list = r;
+        r = NULL;
+    } else if (e) {
+        pool_put_locked(device, e, generation[device]);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    // No event could cover the stream's last work: wait for it here, once, rather than let a
+    // later fence miss it (a stream destruction is rare, and CUDA's own waits for nothing).
+    if (r && t->cuStreamSynchronize)
+        t->cuStreamSynchronize(s);
+    scope_leave(&sc);
+fail:
+    free(r);
+}
+
+void cci_cuda_fence_drop_device(int device)
+{
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    generation[device]++;
+    pools[device].n = 0;  // forgotten, not destroyed: the reset destroys the context's events
+    for (retired **pr = &retired_list; *pr;) {
+        retired *r = *pr;
+        if (r->device != device) {
+            pr = &r->next;
+            continue;
+        }
+        *pr = r->next;
+        drop_retired_ref_locked(r);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void cci_cuda_fence_atfork_child(void)
+{
+    // The parent's events are not the child's to use or destroy: forget them.
+    pthread_mutex_init(&pool_lock, NULL);
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
+        pools[d].n = 0;
+    retired_list = NULL;
+}

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend's fence group: events on every stream that may still use a freed block
+// (backend_cuda_fence.c says which, and why).
+#ifndef CCI_PRELOAD_BACKEND_CUDA_FENCE_H
+#define CCI_PRELOAD_BACKEND_CUDA_FENCE_H
+
+#include "backend.h"
+#include "real.h"
+
+/// Wired into the CUDA backend's ops with CCI_CAP_FENCES (backend_cuda.c).
+extern const cci_backend_fence_ops cci_cuda_fence_ops;
+
+/// Before a stream is destroyed (called by the stream registry with its lock held): records an
+/// event on it that every fence recorded until it passes includes; if none can be recorded,
+/// waits for the stream's work instead.
+void cci_cuda_fence_retire_stream(CUstream s, int device);
+
+/// Before a device's primary context goes (cci_cuda_backend_drop_device): its events go with it.
+void cci_cuda_fence_drop_device(int device);
+
+/// In a fork child: forget the parent's events without driver calls.
+void cci_cuda_fence_atfork_child(void);
+
+#endif

@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: MIT
+// The stream registry and the reuse rule (stream_registry.h states and argues the rule).
+#include "stream_registry.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "allocator.h"
+#include "backend_cuda.h"
+#include "log.h"
+#include "settings.h"
+#include "state.h"
+
+_Atomic int cci__rule_fenced;
+_Thread_local int cci__rule_thread_seen __attribute__((tls_model("initial-exec")));
+_Atomic int cci__rule_first_device = -1;
+_Atomic int cci__stream_registry_incomplete;
+
+static _Atomic int threads_seen;
+static _Atomic int reason;  // cci_rule_reason, set once by the switch
+// Serialises the switch: a second caller must not go on (and create its stream) before the
+// first caller's synchronisation has finished.
+static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *reason_text(int why)
+{
+    switch (why) {
+    case CCI_RULE_STREAM_CREATED: return "the first stream creation";
+    case CCI_RULE_SECOND_THREAD: return "a second host thread (its per-thread default stream is "
+                                        "not ordered with the first's)";
+    case CCI_RULE_SECOND_DEVICE: return "a second device";
+    case CCI_RULE_PEER_ACCESS: return "peer access";
+    case CCI_RULE_CAPTURE: return "a stream capture";
+    default: return "nothing (ordered)";
+    }
+}
+
+static int stream_rule_disabled(void)
+{
+    return (cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_STREAM_RULE) != 0;
+}
+
+void cci_rule_switch(cci_rule_reason why)
+{
+    if (atomic_load(&reason) != CCI_RULE_ORDERED)
+        return;  // switched and synchronised already
+    if (stream_rule_disabled())
+        return;
+    pthread_mutex_lock(&switch_lock);
+    if (atomic_load(&reason) == CCI_RULE_ORDERED) {
+        // Flag first (seq_cst): a free that still reads "ordered" after this point cannot exist,
+        // and one that read it before queued its work before the synchronisation below.
+        atomic_store(&cci__rule_fenced, 1);
+        cci_backend be = cci_cuda_backend();
+        // immediate_reuse:True never fences, so nothing needs the synchronisation.
+        int devices = cci_state_config()->immediate_reuse ? 0 : cci_state_device_bound();
+        for (int d = 0; d < devices; d++) {
+            if (cci_state_allocator_peek(d) && be.ops->synchronize(be.ctx, d) != CCI_OK)
+                cci_log(CCI_LOG_WARNING, "device %d: the synchronisation at the switch to fenced "
+                        "frees failed; blocks freed before it may be reused early", d);
+        }
+        atomic_store(&reason, why);
+        cci_log(CCI_LOG_DEBUG, "stream rule: frees are fenced from now on (%s)", reason_text(why));
+    }
+    pthread_mutex_unlock(&switch_lock);
+}
+
+void cci__rule_note_new_thread(void)
+{
+    cci__rule_thread_seen = 1;
+    if (atomic_fetch_add(&threads_seen, 1) >= 1)
+        cci_rule_switch(CCI_RULE_SECOND_THREAD);
+}
+
+void cci__rule_note_new_device(int device)
+{
+    int first = -1;
+    if (atomic_compare_exchange_strong(&cci__rule_first_device, &first, device))
+        return;
+    if (first != device)
+        cci_rule_switch(CCI_RULE_SECOND_DEVICE);
+}
+
+// ---- the streams ----------------------------------------------------------------------------
+
+typedef struct stream_entry {
+    CUstream s;
+    int device;
+    unsigned flags;
+} stream_entry;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static stream_entry *entries;  // live streams, unordered
+static size_t nentries, capacity;
+static unsigned long created;
+
+static ssize_t find_locked(CUstream s)
+{
+    for (size_t i = 0; i < nentries; i++)
+        if (entries[i].s == s)
+            return (ssize_t)i;
+    return -1;
+}
+
+void cci_stream_registry_add(CUstream s, int device, unsigned flags)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    // A runtime creation reaches our driver wrapper too (on a real cudart): one entry.
+    if (find_locked(s) < 0) {
+        if (nentries == capacity) {
+            size_t want = capacity ? 2 * capacity : 16;
+            stream_entry *grown = realloc(entries, want * sizeof *grown);
+            if (!grown) {
+                pthread_mutex_unlock(&registry_lock);
+                // Unrecorded, its last work would not be fenced: fall back to a whole-device
+                // synchronisation at every batch, which needs no registry.
+                cci_log(CCI_LOG_WARNING, "out of host memory recording stream %p; frees fall "
+                        "back to device synchronisation", (void *)s);
+                atomic_store(&cci__stream_registry_incomplete, 1);
+                return;
+            }
+            entries = grown;
+            capacity = want;
+        }
+        entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags};
+        created++;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device))
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    ssize_t i = find_locked(s);
+    if (i >= 0) {
+        stream_entry e = entries[i];
+        entries[i] = entries[--nentries];
+        if (retire)
+            retire(e.s, e.device);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void cci_stream_registry_drop_device(int device)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < nentries;) {
+        if (entries[i].device == device)
+            entries[i] = entries[--nentries];
+        else
+            i++;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void *arg), void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < nentries && rc == 0; i++)
+        if (entries[i].flags & CCI_CU_STREAM_NON_BLOCKING)
+            rc = fn(entries[i].s, entries[i].device, arg);
+    pthread_mutex_unlock(&registry_lock);
+    return rc;
+}
+
+void cci_stream_registry_counts(unsigned long *created_out, unsigned long *live)
+{
+    pthread_mutex_lock(&registry_lock);
+    *created_out = created;
+    *live = nentries;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void cci_rule_log_exit(void)
+{
+    if (cci_log_get_level() < CCI_LOG_INFO)
+        return;
+    unsigned long long records = 0, waits = 0, syncs = 0;
+    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (!a)
+            continue;
+        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+        cci_alloc_stats(a, &s);
+        records += s.num_fence_records;
+        waits += s.num_fence_waits;
+        syncs += s.num_sync_all_streams;
+    }
+    unsigned long made, live;
+    cci_stream_registry_counts(&made, &live);
+    int why = atomic_load(&reason);
+    if (cci_state_config()->immediate_reuse)
+        cci_log(CCI_LOG_INFO, "stream rule: immediate_reuse:True (every free reusable at once, "
+                "unsafe with more than one stream); %lu streams created", made);
+    else if (why == CCI_RULE_ORDERED)
+        cci_log(CCI_LOG_INFO, "stream rule: ordered the whole run (every free reusable at once); "
+                "%llu fences recorded, the host waited %llu times, %llu device synchronisations",
+                records, waits, syncs);
+    else
+        cci_log(CCI_LOG_INFO, "stream rule: fenced since %s; %lu streams created; %llu fences "
+                "recorded, the host waited for a fence %llu times, %llu device synchronisations",
+                reason_text(why), made, records, waits, syncs);
+}
+
+void cci_stream_registry_atfork_child(void)
+{
+    pthread_mutex_init(&registry_lock, NULL);
+    pthread_mutex_init(&switch_lock, NULL);
+    nentries = 0;
+    created = 0;
+    atomic_store(&cci__rule_fenced, 0);
+    atomic_store(&reason, CCI_RULE_ORDERED);
+    atomic_store(&threads_seen, cci__rule_thread_seen);  // the forking thread: the only one left
+    atomic_store(&cci__rule_first_device, -1);
+    atomic_store(&cci__stream_registry_incomplete, 0);
+}

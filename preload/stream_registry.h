@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+// What the program does with streams, and the reuse rule that follows from it (issue 12).
+//
+// THE RULE. A block freed with cudaFree / cuMemFree_v2 is
+//   - CCI_FREE_NOW (reusable at once) while the program's work can only be ordered: no stream was
+//     ever created (runtime or driver), at most one host thread has allocated or freed through us,
+//     one device has an allocator, no peer access was enabled and no capture was begun;
+//   - CCI_FREE_FENCED from the moment one of those stops being true, for the rest of the process
+//     (a fence recorded on every stream that may still use the block, backend_cuda_fence.c);
+//   - CCI_FREE_DEFERRED while a capture may be underway (as before: nothing may be recorded on the
+//     legacy stream then), and when the backend has no fences (the core then syncs the device).
+// immediate_reuse:True keeps meaning "always NOW" (unsafe with more than one stream).
+//
+// WHY ORDERED IS SAFE (docs/reuse-modes.md argues every case in full). With no created stream,
+// every piece of work of a thread goes to the legacy stream or to that thread's per-thread stream,
+// and the two are ordered with each other (the per-thread stream synchronises with the legacy
+// stream like a blocking stream). With one such thread and one device without peer access, all
+// work that can touch our memory is therefore one FIFO: work queued after the free (the new
+// owner's) runs after work queued before it (the old owner's), so reuse at once is what a real
+// cudaFree followed by cudaMalloc would give. A second host thread breaks this only through its
+// own per-thread stream, but kernel launches on cudaStreamPerThread pass no hook of ours, so a
+// second thread is taken as "may use its own per-thread stream". A second device or peer access
+// lets another context's streams touch our memory; a capture records work for a graph that may
+// be launched on any stream.
+//
+// THE SWITCH. Blocks freed with NOW just before the switch may still have old work queued on the
+// legacy stream when work on a new stream (which is not ordered with it) reuses them. So the hook
+// that causes the switch synchronises every device that has an allocator once, BEFORE forwarding
+// the call that creates the unordered situation (the stream, the peer access, the capture) or
+// before serving the second thread / device: afterwards no cached block has pending work, and
+// every later free is fenced. The switch happens once per process; a racing free that still saw
+// "ordered" queued its work before the flag changed, hence before the synchronisation.
+#ifndef CCI_PRELOAD_STREAM_REGISTRY_H
+#define CCI_PRELOAD_STREAM_REGISTRY_H
+
+#include <stdatomic.h>
+
+#include "real.h"
+
+/// Why the process left the ordered rule (CCI_RULE_ORDERED: it has not).
+typedef enum cci_rule_reason {
+    CCI_RULE_ORDERED = 0,
+    CCI_RULE_STREAM_CREATED,
+    CCI_RULE_SECOND_THREAD,
+    CCI_RULE_SECOND_DEVICE,
+    CCI_RULE_PEER_ACCESS,
+    CCI_RULE_CAPTURE,
+} cci_rule_reason;
+
+/// 0 while ordered; non-zero from the start of the switch on (fast path: one relaxed load).
+extern _Atomic int cci__rule_fenced;
+
+static inline int cci_rule_ordered(void)
+{
+    return atomic_load_explicit(&cci__rule_fenced, memory_order_relaxed) == 0;
+}
+
+/// Leaves the ordered rule for `why` (once per process; later calls return at once): marks every
+/// free from now on fenced, then synchronises every device with an allocator. Call it with no
+/// allocator lock held, before the call that creates the unordered situation is forwarded.
+/// Does nothing under CCI_DEBUG_UNSAFE=no-stream-rule.
+void cci_rule_switch(cci_rule_reason why);
+
+/// The serving layer's notes, cheap on the fast path (one thread-local / relaxed load each):
+/// the calling thread allocates or frees through us; `device` gets (or has) an allocator.
+void cci__rule_note_new_thread(void);
+extern _Thread_local int cci__rule_thread_seen __attribute__((tls_model("initial-exec")));
+static inline void cci_rule_note_thread(void)
+{
+    if (__builtin_expect(!cci__rule_thread_seen, 0))
+        cci__rule_note_new_thread();
+}
+void cci__rule_note_new_device(int device);
+extern _Atomic int cci__rule_first_device;  // -1 until the first allocation
+static inline void cci_rule_note_device(int device)
+{
+    if (__builtin_expect(atomic_load_explicit(&cci__rule_first_device, memory_order_relaxed) !=
+                             device, 0))
+        cci__rule_note_new_device(device);
+}
+
+// ---- the streams the program created ------------------------------------------------------
+
+/// A stream was created (runtime or driver; the same handle seen twice is recorded once).
+void cci_stream_registry_add(CUstream s, int device, unsigned flags);
+/// The program is about to destroy `s`: it leaves the registry and, while the registry lock is
+/// held, `retire(s, device)` is called for it (the fence group keeps its last work covered).
+/// Unknown streams are ignored.
+void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device));
+/// The device's context goes (reset): so do its streams, without events.
+void cci_stream_registry_drop_device(int device);
+/// Calls fn for every live non-blocking stream with the registry lock held; stops at the first
+/// non-zero answer and returns it. The lock also orders fn against remove's `retire`.
+int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void *arg), void *arg);
+/// Non-zero once a stream could not be recorded (out of host memory): fences cannot cover it,
+/// so the fence group refuses to record and the core synchronises the device instead.
+extern _Atomic int cci__stream_registry_incomplete;
+/// Streams created so far (all kinds) and live now.
+void cci_stream_registry_counts(unsigned long *created, unsigned long *live);
+
+/// The exit line (CCI_LOG=info): which rule the run ended under, fences recorded, host waits.
+void cci_rule_log_exit(void);
+
+/// A fork child: no streams, no threads but this one, the ordered rule again.
+void cci_stream_registry_atfork_child(void);
+
+#endif
