@@ -19,6 +19,9 @@
 // Streams get a slot in a small table; a program with more streams than that shares the last
 // slot among the rest (their blocks then replay as one stream's), and the note says so.
 #define STREAM_SLOTS 256
+// A block size fits in 56 bits; a free_requested keeps the cci_free_mode taken above them.
+#define MODE_SHIFT 56
+#define SIZE_MASK (((uint64_t)1 << MODE_SHIFT) - 1)
 
 struct cci_history {
     cci_allocator *owner;
@@ -55,7 +58,9 @@ static void observe(void *ud, const cci_event *ev)
     case CCI_EV_OOM:
         size = ev->requested;  // the replay rounds it by the configuration it tries
         break;
-    case CCI_EV_FREE_REQUESTED:
+    case CCI_EV_FREE_REQUESTED:  // the free mode taken rides in the size word's top byte
+        size = ev->size | (uint64_t)(ev->requested & 0xFF) << MODE_SHIFT;
+        break;
     case CCI_EV_FREE_COMPLETED:
         size = ev->size;
         break;
@@ -141,9 +146,10 @@ static int to_trace(cci_history *h, cci_allocator *a, cci_trace *t, struct exten
     int device = cci_allocator_device(a);
     for (uint64_t i = 0; i < e->n; i++) {
         const uint64_t *r = h->rec[i];
-        t->ev[i] = (cci_trace_event){.addr = r[0] & ADDR_MASK, .size = r[1],
+        t->ev[i] = (cci_trace_event){.addr = r[0] & ADDR_MASK, .size = r[1] & SIZE_MASK,
                                      .stream = e->streams[(r[0] >> 56) % STREAM_SLOTS], .device = (uint32_t)device,
-                                     .action = (uint8_t)((r[0] >> ADDR_BITS) & 0xF)};
+                                     .action = (uint8_t)((r[0] >> ADDR_BITS) & 0xF),
+                                     .free_mode = (uint8_t)(r[1] >> MODE_SHIFT)};
     }
     t->n = t->cap = e->n;
     t->format = "history";

@@ -622,13 +622,17 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     stat_pool(a->st.requested_bytes, b->small, -(int64_t)b->requested);
     if (is_oversize(a, b->size))
         stat_add(&a->st.oversize_allocations, -1);
-    notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, 0);
-    if (mode == CCI_FREE_NOW && stream == b->stream) {
+    // The mode this free really takes, told to the observers (traces replay it the same way).
+    cci_free_mode how = mode == CCI_FREE_NOW && stream == b->stream ? CCI_FREE_NOW
+                        : mode == CCI_FREE_FENCED && a->fences   ? CCI_FREE_FENCED
+                                                                 : CCI_FREE_DEFERRED;
+    notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, how);
+    if (how == CCI_FREE_NOW) {
         HASH_DELETE(hh, a->live, b);
         size_t size = b->size;
         free_block(a, b);
         notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
-    } else if (mode == CCI_FREE_FENCED && a->fences) {
+    } else if (how == CCI_FREE_FENCED) {
         cci__fenced_free(a, b);
     } else {
         cci__defer_block(a, b);  // DEFERRED, FENCED without fences, or freed on another stream

@@ -37,7 +37,7 @@ typedef struct cci_event {
     uint64_t stream;
     uintptr_t addr;
     size_t size;       ///< block or segment size (rounded)
-    size_t requested;  ///< what the program asked for (alloc and OOM only)
+    size_t requested;  ///< what the program asked for (alloc and OOM); the cci_free_mode taken (free_requested)
 } cci_event;
 
 /// Called under the allocator lock: keep it short, never call back into the allocator.

@@ -199,6 +199,14 @@ void cci__fenced_destroy(cci_allocator *a, int release_fences)
     while (a->fb_head) {
         cci_fence_batch *fb = a->fb_head;
         a->fb_head = fb->next;
+        if (fb->waiters) {
+            // A thread waits for this fence with the lock dropped (an in-place reset from another
+            // thread got here first): it owns the record from now on. Marked completed, it frees
+            // the record and releases the fence when it wakes, and touches none of the blocks.
+            fb->completed = 1;
+            fb->next = NULL;
+            continue;
+        }
         if (release_fences)
             a->fences->release(a->be.ctx, a->device, fb->fence);
         free(fb);

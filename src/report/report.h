@@ -102,7 +102,7 @@ void cci_report_timeline_destroy(cci_report_timeline *t);
 // ---- the snapshot --------------------------------------------------------------------------
 
 #define CCI_REPORT_HIST_BUCKETS 64   ///< free-block histogram: bucket k holds sizes in [2^k, 2^(k+1))
-#define CCI_REPORT_MAX_ADVICE 8
+#define CCI_REPORT_MAX_ADVICE 12  // more than the rules there are (9), so none is ever dropped
 
 /// Figures derived from one layout (now, or at peak reserved).
 typedef struct cci_report_frag {

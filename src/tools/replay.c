@@ -137,16 +137,22 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
             break;
         }
         case CCI_EV_FREE_REQUESTED: {
-            // Our recorder's traces: a completion that does not follow at once was the recording
-            // allocator's own batched synchronisation, so the replay's allocator decides it too
-            // (same configuration, same moment). Snapshots complete at the program's events.
+            // Our recorder's traces: a completion that does not follow at once was decided by the
+            // recording allocator (a fenced free, completed when its batch's fence was found
+            // passed at a pool miss; a deferred one at a batch synchronisation), so the replay's
+            // allocator decides it too, in the mode the trace recorded (the simulated device
+            // passes a fence at once, as a device that keeps up with the program does).
+            // Snapshots complete at the program's events.
             const cci_trace_event *nx = i + 1 < t->n ? &t->ev[i + 1] : NULL;
             int at_once =
                 nx && nx->action == CCI_EV_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
             if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
                 break;
             res->frees++;
-            cci_free(allocs[d], ours, e->stream, cfg->immediate_reuse ? CCI_FREE_NOW : CCI_FREE_DEFERRED);
+            cci_free(allocs[d], ours, e->stream,
+                     cfg->immediate_reuse                 ? CCI_FREE_NOW
+                     : e->free_mode == CCI_FREE_FENCED ? CCI_FREE_FENCED
+                                                           : CCI_FREE_DEFERRED);
             if (map_put(&map, map_key(d, e->addr), PENDING) != 0)
                 rc = -1;
             break;

@@ -15,6 +15,10 @@ typedef struct cci_trace_event {
     uint64_t stream;
     uint32_t device;
     uint8_t action;   ///< a cci_event_kind (the one event enum, allocator.h)
+    /// free_requested only: the cci_free_mode the recording allocator applied (DEFERRED: its
+    /// own synchronisation completed it; FENCED: a fence did). 0 where the format has no record
+    /// of it (text traces, snapshots, binary traces from before the field).
+    uint8_t free_mode;
 } cci_trace_event;
 
 /// A trace in memory: the events, per device in recorded order, and what the file said about

@@ -172,6 +172,8 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
         // The replay asks for what the program asked for; its own rounding does the rest.
         if (r.action == CCI_EV_ALLOC || r.action == CCI_EV_OOM)
             e->ev.size = r.requested;
+        else if (r.action == CCI_EV_FREE_REQUESTED && r.requested <= CCI_FREE_FENCED)
+            e->ev.free_mode = (uint8_t)r.requested;
         if (r.action == CCI_TBIN_DEVICE && !t->capacity)
             t->capacity = r.size;
         if (n > 1 && k[n - 2].key > e->key)
