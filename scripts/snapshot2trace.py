@@ -78,7 +78,8 @@ def printable(text):
 
 
 def read_snapshot(path):
-    """Return the unpickled snapshot object at PATH, or raise Failure."""
+    """Return (the unpickled snapshot object at PATH, the pickle's size in
+    bytes after decompression), or raise Failure."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -117,7 +118,7 @@ def read_snapshot(path):
             break
 
     try:
-        return PlainDataUnpickler(io.BytesIO(raw)).load()
+        return PlainDataUnpickler(io.BytesIO(raw)).load(), len(raw)
     except RefusedGlobal as e:
         raise Failure(f"refusing to unpickle global '{printable(e.qualname)}'"
                       " (a memory snapshot contains only plain data)")
@@ -152,10 +153,21 @@ def simple_settings(settings):
         yield f"{key}={text}"
 
 
-def convert(snapshot, source_name, device=None):
+# The values examined per byte of (decompressed) pickle, the bound ccreplay's
+# reader applies too (src/trace/trace_load.c, MAX_VALUES_PER_BYTE).  Each
+# value a writer emits costs at least one byte, so a real snapshot, where
+# every event and every device trace is its own object, stays under it; only
+# memo references that share one container many times (80 KB expanding into
+# 400 M events) go past it, and would otherwise write an enormous file.
+MAX_VALUES_PER_BYTE = 1
+
+
+def convert(snapshot, source_name, device=None, pickle_bytes=None):
     """Return (lines, written counts, skipped counts) for SNAPSHOT.
 
-    Raises Failure when the snapshot does not have the expected shape.
+    Raises Failure when the snapshot does not have the expected shape, or
+    when it expands past MAX_VALUES_PER_BYTE values per byte of its pickle
+    (PICKLE_BYTES; None = no bound, for snapshots built in memory).
     """
     if not isinstance(snapshot, dict):
         raise Failure("not a memory snapshot: top level is a "
@@ -185,15 +197,30 @@ def convert(snapshot, source_name, device=None):
     skipped = {}
     append = lines.append
     actions = ACTIONS
+    # Every list element visited and every item of every event dict is
+    # charged, before any line is made: work and output stay linear in the
+    # input's size.
+    budget = None if pickle_bytes is None else pickle_bytes * MAX_VALUES_PER_BYTE
     for d in devices:
         events = traces[d]
         if not isinstance(events, (list, tuple)):
             raise Failure(f"not a memory snapshot: trace of device {d} is a "
                           f"{type(events).__name__}, not a list")
+        if budget is not None:
+            budget -= len(events)
         for i, ev in enumerate(events):
             if type(ev) is not dict:
                 raise Failure(f"device {d} event {i}: is a "
                               f"{type(ev).__name__}, not a dict")
+            if budget is not None:
+                budget -= len(ev)
+                if budget < 0:
+                    raise Failure(
+                        f"refusing a snapshot that expands past "
+                        f"{pickle_bytes * MAX_VALUES_PER_BYTE} values "
+                        f"({MAX_VALUES_PER_BYTE} per pickle byte): its memo "
+                        "references share containers, which no memory "
+                        "snapshot does")
             action = ev.get("action")
             out = actions.get(action) if type(action) is str else None
             if out is None:
@@ -292,9 +319,10 @@ def main(argv=None):
     started = time.perf_counter()
     where = printable(args.snapshot)
     try:
-        snapshot = read_snapshot(args.snapshot)
+        snapshot, pickle_bytes = read_snapshot(args.snapshot)
         lines, written, skipped = convert(
-            snapshot, os.path.basename(args.snapshot), args.device)
+            snapshot, os.path.basename(args.snapshot), args.device,
+            pickle_bytes)
         lines.append("")
         write_output("\n".join(lines), args.output)
     except Failure as e:

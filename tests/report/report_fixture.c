@@ -6,6 +6,8 @@
 //                                checks the JSON printer's key names and values independently
 //   report_fixture html FILE     the HTML report
 //   report_fixture text          the text report on stdout
+//   report_fixture rank FILE R   the JSON report of rank R of a job, one device (R) running
+//                                workload R mod 3, so the ranks of a job peak differently
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,12 +66,42 @@ static int dump_stats(const char *path, cci_allocator *const *a)
     return fclose(f);
 }
 
+// One rank of a job, as torchrun runs it: one device, the report's rank set as the preload sets it.
+static int write_rank(const char *path, const char *rank_arg)
+{
+    char *end;
+    long rank = strtol(rank_arg, &end, 10);
+    if (*end || rank < 0 || rank > 4095) {
+        fprintf(stderr, "report_fixture: bad rank '%s'\n", rank_arg);
+        return 2;
+    }
+    workload w;
+    if (workload_run(workload_names[rank % NDEV], (int)rank, &w) != 0)
+        return 1;
+    cci_report_snapshot s;
+    int rc = cci_report_snapshot_take(&s, &w.a, &w.tl, 1);
+    if (rc == 0) {
+        workload_fix_process(&s);
+        s.rank = (int)rank;
+        s.pid = 4242 + rank;
+        FILE *f = fopen(path, "w");
+        rc = !f || cci_report_write(fileno(f), CCI_REPORT_JSON, &s) != 0;
+        if (f)
+            fclose(f);
+        cci_report_snapshot_free(&s);
+    }
+    workload_free(&w);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: report_fixture json OUTDIR | html FILE | text\n");
+        fprintf(stderr, "usage: report_fixture json OUTDIR | html FILE | text | rank FILE R\n");
         return 2;
     }
+    if (strcmp(argv[1], "rank") == 0)
+        return argc == 4 ? write_rank(argv[2], argv[3]) : 2;
     workload w[NDEV];
     cci_allocator *a[NDEV];
     cci_report_timeline *tl[NDEV];

@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
-"""The JSON report parses with Python's json module, names every statistic exactly as
+"""Usage: test_json.py FIXTURE | test_json.py --exit-report PROGRAM
+
+The JSON report parses with Python's json module, names every statistic exactly as
 torch.cuda.memory_stats() does, and its figures agree with the statistics (dumped by the fixture
 from cci_alloc_stats by code of its own) and with each other."""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -91,7 +94,98 @@ def check_device(dev, st):
     return {a["rule"]: a["text"] for a in dev["advice"]}
 
 
+def is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+ROW_KEYS = {"conf": str, "peak_reserved_bytes": int, "peak_allocated_bytes": int, "num_device_alloc": int,
+            "num_ooms": int, "delta": int}
+
+
+def check_row(d, r, cur_peak, where):
+    check(isinstance(r, dict) and set(r) == set(ROW_KEYS), f"device {d}: {where} keys {sorted(r)}")
+    for k, t in ROW_KEYS.items():
+        v = r.get(k)
+        check(isinstance(v, t) and not isinstance(v, bool), f"device {d}: {where}.{k} = {v!r} is not {t.__name__}")
+        if t is int and k != "delta":
+            check(is_count(v), f"device {d}: {where}.{k} negative")
+    if cur_peak is not None:
+        check(r["delta"] == r["peak_reserved_bytes"] - cur_peak, f"device {d}: {where} delta {r['delta']} "
+              f"!= {r['peak_reserved_bytes']} - {cur_peak}")
+    check(r["peak_allocated_bytes"] <= r["peak_reserved_bytes"], f"device {d}: {where} allocated above reserved")
+
+
+def check_whatif_schema(dev, expect_measured):
+    """what_if, what_if_replay and vmm: types, ranking, deltas against the current row."""
+    d = dev["device"]
+    wi, meta, vmm = dev.get("what_if"), dev.get("what_if_replay"), dev.get("vmm")
+    check(isinstance(wi, list) and isinstance(meta, dict) and isinstance(vmm, dict), f"device {d}: what-if sections")
+    if not (isinstance(wi, list) and isinstance(meta, dict) and isinstance(vmm, dict)):
+        return
+    check(meta.get("measured") is expect_measured, f"device {d}: measured = {meta.get('measured')!r}")
+    check(isinstance(meta.get("note"), str), f"device {d}: note")
+    for k in ["events", "events_dropped", "history_cap", "capacity_bytes", "configurations_planned",
+              "configurations_replayed"]:
+        check(is_count(meta.get(k)), f"device {d}: what_if_replay.{k} = {meta.get(k)!r}")
+    for k in ["seconds", "bound_seconds"]:
+        check(isinstance(meta.get(k), (int, float)) and meta[k] >= 0, f"device {d}: what_if_replay.{k}")
+    check(meta["configurations_replayed"] <= meta["configurations_planned"], f"device {d}: replayed > planned")
+    if not expect_measured:
+        check(wi == [] and meta["current"] is None, f"device {d}: unmeasured what-if not empty")
+    else:
+        cur = meta["current"]
+        check_row(d, cur, None, "current")
+        check(cur["delta"] == 0, f"device {d}: current delta {cur['delta']}")
+        # The replay reproduces the run it came from: the current row's peak is the run's.
+        check(cur["peak_reserved_bytes"] == dev["stats"]["reserved_bytes.all.peak"],
+              f"device {d}: current replayed peak {cur['peak_reserved_bytes']} vs the run's")
+        check(meta["events"] > 0 and meta["events_dropped"] == 0, f"device {d}: events {meta['events']}")
+        # Every replayed configuration but the current one is listed (the current one may repeat a
+        # grid entry under another spelling, hence - 1 or not).
+        check(len(wi) in (meta["configurations_replayed"] - 1, meta["configurations_replayed"]),
+              f"device {d}: {len(wi)} rows for {meta['configurations_replayed']} replayed")
+        for i, r in enumerate(wi):
+            check_row(d, r, cur["peak_reserved_bytes"], f"what_if[{i}]")
+        keys = [(r["num_ooms"], r["peak_reserved_bytes"], r["num_device_alloc"]) for r in wi]
+        check(keys == sorted(keys), f"device {d}: what_if not ranked (OOMs, peak, device allocs)")
+        confs = [r["conf"] for r in wi]
+        check(len(set(confs)) == len(confs), f"device {d}: a configuration listed twice")
+        check(cur["conf"] == dev["config"] or cur["conf"] in dev["config"] or dev["config"].startswith(cur["conf"]),
+              f"device {d}: current conf {cur['conf']!r} vs the run's {dev['config']!r}")
+    for when in ["at_peak", "at_exit"]:
+        v = vmm.get(when)
+        frag = dev["fragmentation"][when]
+        check((v is None) == (frag is None), f"device {d}: vmm.{when} present iff its layout is")
+        if v is None:
+            continue
+        check(set(v) == {"segments", "address_space_bytes", "mapped_bytes", "unmapped_bytes", "unmapped_holes"}
+              and all(is_count(x) for x in v.values()), f"device {d}: vmm.{when} = {v}")
+        check(v["mapped_bytes"] <= frag["reserved"], f"device {d}: vmm.{when} mapped above reserved")
+        check(v["unmapped_bytes"] <= v["address_space_bytes"], f"device {d}: vmm.{when} unmapped above space")
+
+
+def exit_report(prog):
+    """A real exit report: the Quick start program under the preload (env from meson)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "r.json")
+        p = subprocess.run([prog], env=dict(os.environ, CCI_REPORT=str(path)), capture_output=True, text=True,
+                           timeout=120)
+        check(p.returncode == 0, f"{prog} failed: {p.stderr[-300:]}")
+        rep = json.loads(path.read_text(encoding="utf-8"))
+    for dev in rep["devices"]:
+        check_whatif_schema(dev, True)
+    wi = rep["devices"][0]["what_if"]
+    check(wi and wi[0]["delta"] < 0, "the Quick start scenario has a lower setting in the grid")
+    check(any(r["delta"] > 0 for r in wi), "some replayed settings peak higher: deltas of both signs")
+
+
 def main():
+    if sys.argv[1] == "--exit-report":
+        exit_report(sys.argv[2])
+        for f in failures:
+            print("FAIL:", f)
+        print(f"{len(failures)} failure(s)")
+        return 1 if failures else 0
     fixture = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([fixture, "json", tmp], check=True)
@@ -106,6 +200,8 @@ def main():
     devices = report["devices"]
     check([d["device"] for d in devices] == [0, 1, 2], "three devices")
     advice = [check_device(dev, st[dev["device"]]) for dev in devices]
+    for dev in devices:
+        check_whatif_schema(dev, False)  # the fixture measures no what-ifs: the sections say so
     check("max_split_size_mb:32" in devices[1]["config"], "device 1 configuration")
     check(devices[1]["stats"]["max_split_size"] == 32 * MiB, "device 1 max_split_size")
     check(devices[0]["stats"]["max_split_size"] == -1, "unlimited max_split_size reads -1 as in PyTorch")

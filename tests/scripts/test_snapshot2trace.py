@@ -374,6 +374,37 @@ class Synthetic(unittest.TestCase):
                     os.path.join(self.tmp, "no", "such", "dir", "t"))
             self.assert_one_line_failure(r)
 
+    def test_memo_bomb_refused(self):
+        # Issue 14 item 3: 20 000 memo references to one list of 20 000
+        # references to one event dict, an ~80 KB pickle that expands to
+        # 400 M events.  Without a bound the script wrote tens of GB; with the
+        # C reader's bound (values examined <= decompressed pickle bytes) it
+        # stops at once with one line, and leaves no output file behind.
+        event = {"action": "alloc", "addr": 0, "size": 512, "stream": 0}
+        inner = [event] * 20000
+        bomb = pickle.dumps({"device_traces": [inner] * 20000}, protocol=4)
+        self.assertLess(len(bomb), 200_000)
+        for name, data in (("bomb.pickle", bomb),
+                           ("bomb.pickle.xz", lzma.compress(bomb))):
+            with self.subTest(case=name):
+                out = os.path.join(self.tmp, name + ".trace")
+                started = time.monotonic()
+                r = run(self.write(name, data), "-o", out, timeout=60)
+                self.assertLess(time.monotonic() - started, 30)
+                self.assert_one_line_failure(r)
+                self.assertIn("expands past", r.stderr)
+                self.assertFalse(os.path.exists(out), "output written anyway")
+        # Sharing within the input's own size is still converted: one small
+        # list shared by two devices.
+        small = pickle.dumps({"device_traces": [inner[:3]] * 2}, protocol=4)
+        out = os.path.join(self.tmp, "shared2.trace")
+        r = run(self.write("shared2.pickle", small), "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            _, events = parse_trace(self, f.read())
+        self.assertEqual(len(events), 6)
+        self.assertEqual(sorted({e[4] for e in events}), [0, 1])
+
 
 class _Reducer:
     """Pickles to a call of FUNC(*ARGS) on load; used only to build fixtures."""
