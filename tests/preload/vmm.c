@@ -226,6 +226,24 @@ static void exit_live(void)
     CUDA_OK(cudaFree(q));
 }
 
+// cudaDeviceReset: the core unmaps and releases its pages and ranges, the backend its pool, all
+// before the reset, so the reset itself finds nothing of ours to destroy.
+static void reset(void)
+{
+    void *live = alloc_filled(12 * MiB, 1);
+    void *q = alloc_filled(30 * MiB, 2);
+    CUDA_OK(cudaFree(q));
+    (void)live;  // a live block at a reset is the program's loss, as with cudaMalloc
+    CUDA_OK(cudaDeviceReset());
+    struct fakecu_vmm_stats s = vstats();
+    CHECK(s.mapped_bytes == 0 && s.reserved_bytes == 0 && fakecu_vmm_physical_bytes(0) == 0,
+          "after the reset nothing is mapped, reserved or kept in a pool");
+    CHECK(s.reset_destroyed == 0, "the reset found no page of ours left to destroy");
+    void *again = alloc_filled(5 * MiB, 3);
+    CHECK(ptest_verify(again, 5 * MiB, 3) && vstats().mapped_bytes > 0, "after the reset, VMM segments serve again");
+    CUDA_OK(cudaFree(again));
+}
+
 // IPC handles cannot name VMM memory: both levels refuse, with one line each.
 static void ipc(void)
 {
@@ -297,6 +315,8 @@ int main(int argc, char **argv)
         forked();
     else if (!strcmp(sc, "exit"))
         exit_live();
+    else if (!strcmp(sc, "reset"))
+        reset();
     else if (!strcmp(sc, "ipc"))
         ipc();
     else if (!strcmp(sc, "delayed-write"))
