@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "backend_cuda_fence.h"
+#include "backend_cuda_vmm.h"
 #include "log.h"
 #include "real.h"
 #include "stream_registry.h"
@@ -43,10 +44,7 @@ static CUcontext primary_ctx(int device)
     return c;
 }
 
-typedef struct driver_scope {
-    int relaxed;               // we switched this thread's capture mode
-    CUstreamCaptureMode saved;
-} driver_scope;
+typedef cci_driver_scope driver_scope;
 
 // While some stream captures, allocation calls from this thread could invalidate a global-mode
 // capture; the relaxed mode for the duration of our own call keeps the program's graph intact
@@ -75,6 +73,16 @@ static void leave(driver_scope *sc)
     cci_real_drv()->cuCtxPopCurrent_v2(&popped);
     if (sc->relaxed)
         cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved);
+}
+
+int cci_cuda_enter(int device, cci_driver_scope *sc)
+{
+    return enter(device, sc);
+}
+
+void cci_cuda_leave(cci_driver_scope *sc)
+{
+    leave(sc);
 }
 
 static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
@@ -132,7 +140,7 @@ static int synchronize(void *ctx, int device)
     return r == CUDA_SUCCESS ? CCI_OK : CCI_EBACKEND;
 }
 
-static const cci_backend_ops cuda_ops = {
+static cci_backend_ops cuda_ops = {
     .reserve = reserve,
     .release = release,
     .capacity = capacity,
@@ -142,8 +150,18 @@ static const cci_backend_ops cuda_ops = {
     .fence = &cci_cuda_fence_ops,
 };
 
+// The optional groups depend on what the loaded driver offers: decided once, before the first
+// allocator sees the table.
+static pthread_once_t groups_once = PTHREAD_ONCE_INIT;
+
+static void add_groups(void)
+{
+    cci_cuda_vmm_wire(&cuda_ops);
+}
+
 cci_backend cci_cuda_backend(void)
 {
+    pthread_once(&groups_once, add_groups);
     return (cci_backend){.ops = &cuda_ops, .ctx = NULL};
 }
 
@@ -161,6 +179,9 @@ void cci_cuda_backend_drop_device(int device)
 {
     cci_stream_registry_drop_device(device);
     cci_cuda_fence_drop_device(device);
+    // The allocator's teardown has just unmapped its pages into the VMM pool: they go now, while
+    // the context they belong to still exists.
+    cci_cuda_vmm_drop_device(device);
     pthread_mutex_lock(&primary_lock);
     CUcontext c = atomic_exchange(&primary[device], NULL);
     if (c) {
@@ -181,6 +202,7 @@ CUcontext cci_cuda_backend_primary(int device, int retain)
 
 void cci_cuda_backend_atfork_child(void)
 {
+    cci_cuda_vmm_atfork_child();
     pthread_mutex_init(&primary_lock, NULL);
     for (int i = 0; i < CCI_PL_MAX_DEVICES; i++)
         atomic_store(&primary[i], NULL);

@@ -23,4 +23,14 @@ CUcontext cci_cuda_backend_primary(int device, int retain);
 /// In a fork child: forget the parent's contexts without driver calls.
 void cci_cuda_backend_atfork_child(void);
 
+/// Around a driver call of the backend's (here and in its VMM group): the device's primary
+/// context pushed, and the thread's capture mode relaxed while a capture may be underway.
+typedef struct cci_driver_scope {
+    int relaxed;               // we switched this thread's capture mode
+    CUstreamCaptureMode saved;
+} cci_driver_scope;
+/// 0 with the context pushed (then call cci_cuda_leave), or -1 when there is no context.
+int cci_cuda_enter(int device, cci_driver_scope *sc);
+void cci_cuda_leave(cci_driver_scope *sc);
+
 #endif

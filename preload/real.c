@@ -212,6 +212,7 @@ static void fill_driver(cci_real_driver *t, void *h)
     }
     CCI_REAL_DRIVER_WRAPPED(CCI_X)
     CCI_REAL_DRIVER_CALLED(CCI_X)
+    CCI_REAL_DRIVER_VMM(CCI_X)
 #undef CCI_X
     (void)dlerror();  // the names an old driver lacks
 }
@@ -259,6 +260,7 @@ int cci_real_drv_load(void)
         missing = #name;
     CCI_REAL_DRIVER_WRAPPED(CCI_X)
     CCI_REAL_DRIVER_CALLED(CCI_X)
+    CCI_REAL_DRIVER_VMM(CCI_X)
 #undef CCI_X
     if (missing) {
         cci_log(CCI_LOG_ERROR, "libcuda.so.1 has no %s; libccinterpose disabled (pass-through)",

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "cuda_abi.h"
+#include "cuda_abi_vmm.h"
 
 // ---- dlsym ----------------------------------------------------------------------------------
 // The preload exports `dlsym` itself (dlsym_hook.c), so the public name is ourselves: every
@@ -187,10 +188,42 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st)) \
     CCI_REAL_DRIVER_CALLED_FENCES(X)
 
+// ---- VMM block (backend_cuda_vmm.c) ---------------------------------------------------------
+/// The virtual-memory API behind expandable_segments / compact_segments. All OPTIONAL (CUDA
+/// 10.2+; cuDeviceGetAttribute is older but only this backend asks it): the backend offers
+/// CCI_CAP_VMM only when every entry but cuDeviceGetAttribute was found.
+#define CCI_REAL_DRIVER_VMM(X)                                                               \
+    X(cuDeviceGetAttribute, OPTIONAL, (int *value, CUdevice_attribute attr, CUdevice dev),   \
+      (value, attr, dev))                                                                    \
+    X(cuMemGetAllocationGranularity, OPTIONAL,                                               \
+      (size_t * granularity, const CUmemAllocationProp *prop,                                \
+       CUmemAllocationGranularity_flags option),                                             \
+      (granularity, prop, option))                                                           \
+    X(cuMemAddressReserve, OPTIONAL,                                                         \
+      (CUdeviceptr * ptr, size_t size, size_t align, CUdeviceptr addr,                       \
+       unsigned long long flags),                                                            \
+      (ptr, size, align, addr, flags))                                                       \
+    X(cuMemAddressFree, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))               \
+    X(cuMemCreate, OPTIONAL,                                                                 \
+      (CUmemGenericAllocationHandle * h, size_t size, const CUmemAllocationProp *prop,       \
+       unsigned long long flags),                                                            \
+      (h, size, prop, flags))                                                                \
+    X(cuMemRelease, OPTIONAL, (CUmemGenericAllocationHandle h), (h))                         \
+    X(cuMemMap, OPTIONAL,                                                                    \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,          \
+       unsigned long long flags),                                                            \
+      (ptr, size, offset, h, flags))                                                         \
+    X(cuMemUnmap, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))                     \
+    X(cuMemSetAccess, OPTIONAL,                                                              \
+      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),             \
+      (ptr, size, desc, count))
+// ---- end of the VMM block -------------------------------------------------------------------
+
 typedef struct cci_real_driver {
 #define CCI_X(name, need, params, args) CUresult(*name) params;
     CCI_REAL_DRIVER_WRAPPED(CCI_X)
     CCI_REAL_DRIVER_CALLED(CCI_X)
+    CCI_REAL_DRIVER_VMM(CCI_X)
 #undef CCI_X
 } cci_real_driver;
 

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 
 #include "callsites.h"
+#include "backend_cuda_vmm.h"
 #include "levels.h"
 #include "log.h"
 #include "reporting.h"
@@ -108,6 +109,15 @@ int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
     if (rc != CCI_OK) {
         cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the pointer is in our memory but in no live "
                 "block (already freed?); returning %s", fn, p, invalid_value_name(level));
+        return CCI_EINVAL;
+    }
+    if (cci_cuda_vmm_owns(p)) {
+        // CUDA IPC exports cuMemAlloc allocations only; what the driver would answer for a page
+        // mapped into our range is not this block's bytes, or an error we could not explain.
+        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the block lies in an expandable segment (CUDA "
+                "virtual memory), which CUDA IPC handles cannot export; returning %s. Run this "
+                "program without expandable_segments / compact_segments in CCI_ALLOC_CONF, or with "
+                "CCI_DISABLE=1", fn, p, invalid_value_name(level));
         return CCI_EINVAL;
     }
     if (block != segment) {

@@ -435,8 +435,12 @@ static void release_cached_all(cci_allocator *a)
                 break;
         }
     }
-    if (a->exp)  // [expandable] free pages inside expandable segments (never whole blocks)
+    if (a->exp) {  // [expandable] free pages inside expandable segments (never whole blocks)
         cci__exp_release_free(a);
+        // ... and the pages the backend keeps for reuse: this is a flush, the memory must go.
+        if (a->be.ops->vmm->drain)
+            a->be.ops->vmm->drain(a->be.ctx, a->device);
+    }
 }
 
 // Frees cached oversize blocks that could serve this request: the smallest sufficient one, or

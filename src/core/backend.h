@@ -54,6 +54,10 @@ typedef struct cci_backend_vmm_ops {
     /// Gives the device read/write access to [va, va+size), which may span many mappings: one
     /// call per range, not per page (the API charges per call, not per page).
     int (*set_access)(void *ctx, int device, uintptr_t va, size_t size);
+    /// Optional (may be NULL): a backend may keep released pages to hand them out again from
+    /// page_create; this gives every page it keeps back to the device. Called by empty_cache and
+    /// the last retry before an out-of-memory, after their pages were released.
+    void (*drain)(void *ctx, int device);
 } cci_backend_vmm_ops;
 
 /// (b) Fences. A fence recorded for `stream` passes once every piece of work that was queued

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// The device contract's virtual-memory group over the CUDA driver (cuMemCreate, cuMemMap, ...),
+// for expandable_segments:True and compact_segments:True. The core decides what to map and when
+// to unmap (after its fence or synchronisation); this group does what it is told, keeps released
+// pages in a bounded per-device pool to hand them out again, and grants access to the owning
+// device and to every device the program enabled peer access from.
+#ifndef CCI_PRELOAD_BACKEND_CUDA_VMM_H
+#define CCI_PRELOAD_BACKEND_CUDA_VMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/// The pool keeps at most (device memory / CCI_VMM_POOL_DIVISOR) bytes of released pages per
+/// device: 1.25 GiB of an 80 GB H100. Pooled pages are device memory that the statistics (reserved
+/// = mapped) do not show and that nothing else can use, so the bound stays small; empty_cache and
+/// the last retry before an out-of-memory drain the pool whatever it holds.
+#define CCI_VMM_POOL_DIVISOR 64
+
+/// Adds the VMM group (and CCI_CAP_VMM) to `ops` when the loaded driver has every function it
+/// needs. Whether a device supports it is asked per device, at its first granularity question
+/// (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): 0 there makes the core fall back to
+/// ordinary segments with one warning.
+void cci_cuda_vmm_wire(cci_backend_ops *ops);
+
+/// The program enabled peer access from device `dev` to device `peer` (cudaDeviceEnablePeerAccess
+/// (peer) with `dev` current): from now on `dev` gets read/write access to every page mapped on
+/// `peer`, the pages mapped so far included (re-granted here, one call per run of mappings).
+/// For the hook that tracks peer access; 0, or -1 when a device ordinal is out of range or a
+/// re-grant failed (one warning).
+int cci_vmm_peer_enabled(int dev, int peer);
+
+/// 1 when `p` lies in an address range reserved by this group (a VMM segment), else 0.
+int cci_cuda_vmm_owns(uintptr_t p);
+/// Bytes of released pages kept in the pool of `device` now.
+size_t cci_cuda_vmm_pool_bytes(int device);
+
+/// Before cudaDeviceReset, after the allocator's teardown unmapped and released its pages:
+/// releases the device's pooled pages for real and forgets its mappings, ranges and peer grants.
+void cci_cuda_vmm_drop_device(int device);
+/// In a fork child: forget the parent's pages, mappings and ranges without driver calls.
+void cci_cuda_vmm_atfork_child(void);
+
+#endif
