@@ -29,42 +29,6 @@
 #include "stream_registry.h"
 #include "streams.h"
 
-// ---- the primary context around each driver call -------------------------------------------
-
-typedef struct fence_scope {
-    int relaxed;
-    CUstreamCaptureMode saved;
-} fence_scope;
-
-// As backend_cuda.c's enter(): the device's primary context current, and while some stream may
-// capture, the relaxed capture mode so that our query cannot invalidate a global-mode capture.
-static int scope_enter(int device, fence_scope *sc)
-{
-    const cci_real_driver *t = cci_real_drv();
-    CUcontext c = cci_cuda_backend_primary(device, 1);
-    if (!c)
-        return -1;
-    sc->relaxed = 0;
-    if (cci_capture_maybe_active() && t->cuThreadExchangeStreamCaptureMode) {
-        sc->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
-        sc->relaxed = t->cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
-    }
-    if (t->cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
-        if (sc->relaxed)
-            t->cuThreadExchangeStreamCaptureMode(&sc->saved);
-        return -1;
-    }
-    return 0;
-}
-
-static void scope_leave(fence_scope *sc)
-{
-    const cci_real_driver *t = cci_real_drv();
-    CUcontext popped;
-    t->cuCtxPopCurrent_v2(&popped);
-    if (sc->relaxed)
-        t->cuThreadExchangeStreamCaptureMode(&sc->saved);
-}
 
 // ---- events ---------------------------------------------------------------------------------
 
@@ -130,10 +94,10 @@ static void pool_put_locked(int device, CUevent e, unsigned gen)
         size_t want = p->cap ? 2 * p->cap : 16;
         CUevent *grown = realloc(p->ev, want * sizeof *grown);
         if (!grown) {
-            fence_scope sc;  // no room to keep it: destroy it instead
-            if (scope_enter(device, &sc) == 0) {
+            cci_driver_scope sc;  // no room to keep it: destroy it instead
+            if (cci_cuda_enter(device, &sc) == 0) {
                 cci_real_drv()->cuEventDestroy_v2(e);
-                scope_leave(&sc);
+                cci_cuda_leave(&sc);
             }
             return;
         }
@@ -168,12 +132,12 @@ static int fence_push(cuda_fence *f, CUevent e, int device, retired *shared, uns
 // Records one pooled event of `device` on `s` into f. pool_lock held. 0 or -1.
 static int record_on_locked(cuda_fence *f, int device, CUstream s)
 {
-    fence_scope sc;
-    if (scope_enter(device, &sc))
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
         return -1;
     CUevent e = pool_get_locked(device);
     CUresult r = e ? cci_real_drv()->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
-    scope_leave(&sc);
+    cci_cuda_leave(&sc);
     unsigned gen = generation[device];
     if (r != CUDA_SUCCESS) {
         if (e)
@@ -200,11 +164,11 @@ static int record_on_stream(CUstream s, int device, void *arg)
 // 1 passed, 0 pending, -1 error. Inside no lock but pool_lock's caller's choice.
 static int event_passed(CUevent e, int device)
 {
-    fence_scope sc;
-    if (scope_enter(device, &sc))
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
         return -1;
     CUresult r = cci_real_drv()->cuEventQuery(e);
-    scope_leave(&sc);
+    cci_cuda_leave(&sc);
     if (r == CUDA_SUCCESS)
         return 1;
     return r == CCI_CUDA_ERROR_NOT_READY ? 0 : -1;
@@ -293,11 +257,11 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
     for (; f->passed < f->n; f->passed++) {
-        fence_scope sc;
-        if (scope_enter(f->ev[f->passed].device, &sc))
+        cci_driver_scope sc;
+        if (cci_cuda_enter(f->ev[f->passed].device, &sc))
             return CCI_EBACKEND;
         CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[f->passed].ev);
-        scope_leave(&sc);
+        cci_cuda_leave(&sc);
         if (r != CUDA_SUCCESS) {
             cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
                     f->ev[f->passed].device, r);
@@ -329,8 +293,8 @@ void cci_cuda_fence_retire_stream(CUstream s, int device)
     if ((unsigned)device >= CCI_PL_MAX_DEVICES || !have_events(t))
         return;
     retired *r = calloc(1, sizeof *r);
-    fence_scope sc;
-    if (scope_enter(device, &sc))
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
         goto fail;
     pthread_mutex_lock(&pool_lock);
     CUevent e = r ? pool_get_locked(device) : NULL;
@@ -348,7 +312,7 @@ void cci_cuda_fence_retire_stream(CUstream s, int device)
     // later fence miss it (a stream destruction is rare, and CUDA's own waits for nothing).
     if (r && t->cuStreamSynchronize)
         t->cuStreamSynchronize(s);
-    scope_leave(&sc);
+    cci_cuda_leave(&sc);
 fail:
     free(r);
 }

@@ -287,7 +287,19 @@ CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags)
     const cci_real_driver *t = cci_real_drv();
     if (!t->cuCtxEnablePeerAccess)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!cci_pl_forwarding())
-        cci_rule_switch(CCI_RULE_PEER_ACCESS);
-    return t->cuCtxEnablePeerAccess(peer, flags);
+    if (cci_pl_forwarding())
+        return t->cuCtxEnablePeerAccess(peer, flags);
+    cci_rule_switch(CCI_RULE_PEER_ACCESS);
+    CUresult rc = t->cuCtxEnablePeerAccess(peer, flags);
+    // The current context's device may now touch the peer context's memory.
+    CUdevice dev, pdev;
+    CUcontext popped;
+    if (rc == CUDA_SUCCESS && t->cuCtxGetDevice && t->cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+        t->cuCtxPushCurrent_v2(peer) == CUDA_SUCCESS) {
+        CUresult r = t->cuCtxGetDevice(&pdev);
+        t->cuCtxPopCurrent_v2(&popped);
+        if (r == CUDA_SUCCESS)
+            cci_serve_peer_enabled((int)dev, (int)pdev);
+    }
+    return rc;
 }

@@ -267,6 +267,9 @@ cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags)
     int outer = cci_pl_forwarding_begin();
     cci_rule_switch(CCI_RULE_PEER_ACCESS);
     cudaError_t rc = rt->cudaDeviceEnablePeerAccess(peer, flags);
+    int dev;
+    if (rc == cudaSuccess && rt->cudaGetDevice(&dev) == cudaSuccess)
+        cci_serve_peer_enabled(dev, peer);
     cci_pl_forwarding_end(outer);
     return rc;
 }

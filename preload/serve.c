@@ -144,3 +144,8 @@ void cci_serve_mem_get_info(size_t *free_b, const size_t *total_b,
             *free_b = *total_b;
     }
 }
+
+void cci_serve_peer_enabled(int dev, int peer)
+{
+    cci_vmm_peer_enabled(dev, peer);
+}

@@ -55,6 +55,13 @@ static inline cci_free_mode cci_serve_stream_free_mode(int stream_capturing)
 int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
                       cci_free_mode mode);
 
+// ---- peer access -----------------------------------------------------------------------------
+
+/// The program enabled peer access from `dev` to `peer` (either level): `dev` may now touch
+/// `peer`'s memory, so the virtual-memory pages of `peer`, mapped so far and from now on, get
+/// access for `dev` too (ordinary segments need nothing: the driver grants those itself).
+void cci_serve_peer_enabled(int dev, int peer);
+
 // ---- questions about memory ----------------------------------------------------------------
 
 /// Looks `p` up in every allocator (as cci_block_info: CCI_OK, CCI_EINVAL for our free space,
