@@ -46,6 +46,11 @@ for ex in seedfrag pipeline asyncloop; do
     run_example "$ex.shared" "$CCI_BIN/$ex.shared" yes
     run_example "$ex.static" "$CCI_BIN/$ex.static" any
 done
+# Both virtual-memory modes: the same checksums as natively.
+for ex in seedfrag pipeline asyncloop; do
+    run_example "$ex.shared.expandable" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=expandable_segments:True
+    run_example "$ex.shared.compact" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=compact_segments:True
+done
 # Single-stream programs are safe in the immediate-reuse mode too.
 for ex in seedfrag asyncloop; do
     run_example "$ex.shared.immediate" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=immediate_reuse:True
