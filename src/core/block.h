@@ -42,6 +42,7 @@ typedef struct cci_block {
     uint32_t prio;
     uint8_t state;
     uint8_t small;
+    uint16_t wave;            // fenced.c's scratch: which closed batch a pending block is in
     uint64_t gc_base;         // pool's free-search count when the block entered the free set
     uint64_t pending_seq;     // deferred-free ticket
     struct cci_block *pend_next;

@@ -171,19 +171,47 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
     }
 }
 
+// Would `b` be free once the batches up to the wave-th (oldest first) have passed?
+static int free_by_wave(const cci_block *b, unsigned wave)
+{
+    return b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && b->wave && b->wave <= wave);
+}
+
 int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream)
 {
-    size_t usable = 0;
-    for (cci_fence_batch *fb = a->fb_head; fb; fb = fb->next) {
-        // Only blocks of the request's pool and stream can serve it: the free set is kept apart by
-        // both. Merging with free neighbours can make more than the sum; this is the safe estimate.
+    // What the request needs is one block: a run of neighbours in one segment that are free now
+    // or will be once their batch has passed, merged as free_block merges them. A sum over the
+    // pending bytes would both promise too much (many small blocks apart) and too little (a
+    // pending block between two free ones). So each closed batch is numbered (its "wave"), and
+    // the oldest wave after which some run through one of its blocks is long enough is waited
+    // for. Deferred blocks are also PENDING but carry wave 0: they never count.
+    unsigned wave = 0;
+    for (cci_fence_batch *fb = a->fb_head; fb && wave < UINT16_MAX; fb = fb->next) {
+        wave++;
         for (cci_block *b = fb->head; b; b = b->pend_next)
-            if (b->small == small && b->stream == stream)
-                usable += b->size;
-        if (usable >= rounded)
-            return wait_batch(a, fb);
+            b->wave = (uint16_t)wave;
     }
-    return 0;
+    cci_fence_batch *target = NULL;
+    wave = 0;
+    for (cci_fence_batch *fb = a->fb_head; fb && !target && wave < UINT16_MAX; fb = fb->next) {
+        wave++;
+        for (cci_block *b = fb->head; b && !target; b = b->pend_next) {
+            // Only blocks of the request's pool and stream can serve it: the free set keeps both apart.
+            if (b->small != small || b->stream != stream)
+                continue;
+            size_t run = b->size;
+            for (cci_block *p = b->prev; p && run < rounded && free_by_wave(p, wave); p = p->prev)
+                run += p->size;
+            for (cci_block *n = b->next; n && run < rounded && free_by_wave(n, wave); n = n->next)
+                run += n->size;
+            if (run >= rounded)
+                target = fb;
+        }
+    }
+    for (cci_fence_batch *fb = a->fb_head; fb; fb = fb->next)
+        for (cci_block *b = fb->head; b; b = b->pend_next)
+            b->wave = 0;
+    return target ? wait_batch(a, target) : 0;
 }
 
 int cci__fenced_drain(cci_allocator *a)

@@ -70,7 +70,7 @@ def check(out):
     bad = []
     print("Workloads: peak reserved and wall time against PyTorch native (same run, same device)")
     print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'x native':>10}{'seconds':>10}"
-          f"{'x native':>10}  {'result_sum':>22}  match  {'waits':>6}")
+          f"{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6}")
     for w in WORKLOADS:
         n = workload(out, w, "native")
         if not n:
@@ -97,7 +97,9 @@ def check(out):
             print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(div(pr, pn), '.3f'):>10}"
                   f"{f(o['seconds'], '.3f'):>10}{f(div(o['seconds'], n['seconds']), '.3f'):>10}"
                   f"  {f(o.get('result_sum'), '.6f'):>22}  {'yes' if match else 'NO':<5}"
-                  f"  {f(cc.get('num_sync_all_streams') if ours else None, 'd'):>6}")
+                  f"  {f(cc.get('num_sync_all_streams') if ours else None, 'd'):>6}"
+                  f" {f(cc.get('num_fence_records') if ours else None, 'd'):>7}"
+                  f" {f(cc.get('num_fence_waits') if ours else None, 'd'):>6}")
     for b in bad:
         print(f"FAILED: {b}")
     return 1 if bad else 0

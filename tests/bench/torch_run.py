@@ -25,12 +25,13 @@ class Stat(ctypes.Structure):
 
 
 POOLS = 3  # all, small, large
-# The layout of cci_stats in include/ccinterpose.h, version 1. The library copies only as many
+# The layout of cci_stats in include/ccinterpose.h, version 2. The library copies only as many
 # bytes as both sides know, so an older or newer library cannot write past this struct.
 _ARRAYS = ["allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
            "active_bytes", "inactive_split_bytes", "requested_bytes"]
 _COUNTERS = ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
-             "max_split_size", "largest_free_block", "device_capacity"]
+             "max_split_size", "largest_free_block", "device_capacity",
+             "num_fence_records", "num_fence_waits"]  # version 2
 
 
 class Stats(ctypes.Structure):
@@ -47,7 +48,7 @@ def cci_figures(device, reports):
     except AttributeError:
         return None
     get.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
-    s = Stats(size=ctypes.sizeof(Stats), version=1)
+    s = Stats(size=ctypes.sizeof(Stats), version=2)
     if get(device, ctypes.byref(s)) != 0:
         return {"active": False}
     mib = 1 << 20
@@ -60,6 +61,8 @@ def cci_figures(device, reports):
         "num_alloc_retries": s.num_alloc_retries,
         "num_ooms": s.num_ooms,
         "num_sync_all_streams": s.num_sync_all_streams,
+        "num_fence_records": s.num_fence_records,
+        "num_fence_waits": s.num_fence_waits,
     }
     if reports:
         lib.cci_dump_report.argtypes = [ctypes.c_char_p]
