@@ -560,6 +560,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     pthread_mutex_lock(&a->lock);
+    if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
+        cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
     if (!b && a->fenced_count)
         b = take_after_fences(a, rounded, small, stream);

@@ -14,6 +14,9 @@
 #define PENDING_BATCH 256
 #define PENDING_RESERVED_DIVISOR 16
 #define PENDING_MIN_BYTES ((size_t)64 << 20)
+// Fenced frees: how many allocations pass between fence records and fence queries (fenced.c).
+// Counted in allocations, not time, so that a replay takes the same decisions on every run.
+#define FENCE_TICK 16
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {
@@ -68,6 +71,7 @@ struct cci_allocator {
     size_t fopen_count, fopen_bytes;
     cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
     size_t fenced_count;                  // blocks in the open and the closed batches
+    uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
 };
 
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
@@ -95,6 +99,12 @@ int cci__fenced_harvest(cci_allocator *a);
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
 /// would be enough (or the wait failed and the blocks went to the deferred queue).
 int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream);
+/// Every FENCE_TICK allocations while fenced frees exist: puts the open batch behind its fence and
+/// makes the batches whose fence has passed reusable, without blocking. Why: a fence recorded
+/// only at the next pool miss covers everything queued up to that miss, so waiting for it is
+/// waiting for the whole device; and a passed batch left unharvested until a miss lets the
+/// best fit settle for a worse block while the ideal one sits pending.
+void cci__fenced_tick(cci_allocator *a);
 /// Waits until every fenced free is reusable. 1 when something became reusable.
 int cci__fenced_drain(cci_allocator *a);
 /// Forgets every batch; release_fences = 0 leaves the backend's handles alone (fork child).

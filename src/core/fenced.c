@@ -126,6 +126,12 @@ static void defer_oldest(cci_allocator *a)
     finish_batch(a, fb);
 }
 
+void cci__fenced_tick(cci_allocator *a)
+{
+    a->fence_tick = 0;
+    cci__fenced_harvest(a);
+}
+
 int cci__fenced_harvest(cci_allocator *a)
 {
     close_open_batch(a);
