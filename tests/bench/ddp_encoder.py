@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""DDP on several GPUs: a 6-layer transformer encoder trained with DistributedDataParallel.
+
+  torchrun --nproc-per-node 2 tests/bench/ddp_encoder.py [--steps N]
+
+Rank 0 prints one JSON line: wall seconds of the timed steps (after two warm-up steps), the peak
+reserved memory of every rank (PyTorch's figure, or libccinterpose's when the preload is active:
+with PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch's reserved figure means nothing), and result_sum,
+which must be identical with and without the preload. Set NCCL_NVLS_ENABLE=0 on machines where
+NVLink multicast is not to be used.
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_run import cci_figures  # noqa: E402  (the preload's statistics through ctypes)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dev = torch.device("cuda")
+    torch.manual_seed(1234)  # the same weights on every rank and in every run
+    model = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096, batch_first=True),
+        num_layers=6).to(dev)
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rnd = random.Random(7 + rank)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(99 + rank)
+    losses = []
+    t0 = None
+    for step in range(args.steps + 2):
+        if step == 2:
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+        L = rnd.choice([128, 256, 384, 512])
+        x = torch.randn(16, L, 1024, device=dev, generator=gen)
+        y = model(x).float().pow(2).mean()
+        y.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(y.detach())
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    local = torch.stack(losses).sum()
+    dist.all_reduce(local)
+    cci = cci_figures(torch.cuda.current_device(), [])
+    peak = (cci or {}).get("peak_reserved_mib") if (cci or {}).get("active") else \
+        round(torch.cuda.max_memory_reserved() / (1 << 20), 1)
+    peaks = [None] * world
+    dist.all_gather_object(peaks, {"rank": rank, "peak_reserved_mib": peak, "cci": cci})
+    if rank == 0:
+        print(json.dumps({"workload": "ddp-encoder", "world": world, "steps": args.steps,
+                          "seconds": round(seconds, 3), "result_sum": float(local.item()),
+                          "ranks": peaks}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
