@@ -554,6 +554,21 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
     return b;
 }
 
+// The best free block is far larger than the request while fenced frees wait: immediate reuse
+// would have handed out one of those (the program's pattern is "free a tensor, allocate its
+// like"), and splitting a large block instead scatters holes that later force the pool to grow.
+// So the pending ones are asked first: passed fences are harvested and, if a pending block can
+// hold the request, the oldest batch that makes it reusable is waited for. The wait is on a
+// fence recorded at least FENCE_TICK allocations ago, not on the work queued since, so the
+// device is not drained. Only when that gives nothing does the large block serve.
+static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocator *a, cci_block *b,
+                                                                   size_t rounded, int small, uint64_t stream)
+{
+    cci_tree_insert(&a->free_tree[small], b);
+    cci_block *c = take_after_fences(a, rounded, small, stream);
+    return c ? c : take_free_block(a, rounded, small, stream);
+}
+
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
@@ -563,6 +578,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
+    if (b && a->fenced_count && b->size >= FENCED_FIT_FACTOR * rounded)
+        b = better_fit_after_fences(a, b, rounded, small, stream);
     if (!b && a->fenced_count)
         b = take_after_fences(a, rounded, small, stream);
     if (!b && pending_batch_full(a, rounded) && sync_pending(a))

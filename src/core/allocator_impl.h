@@ -17,6 +17,9 @@
 // Fenced frees: how many allocations pass between fence records and fence queries (fenced.c).
 // Counted in allocations, not time, so that a replay takes the same decisions on every run.
 #define FENCE_TICK 16
+// A free block at least this many times the request is a poor fit while fenced frees wait: the
+// pending blocks are looked at first (allocator.c, better_fit_after_fences).
+#define FENCED_FIT_FACTOR 2
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {

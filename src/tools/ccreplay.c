@@ -106,6 +106,9 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("device allocations  %llu\n", (unsigned long long)r->num_device_alloc);
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
+    if (r->stats.num_fence_records)  // fenced frees replayed (device 0's figures)
+        printf("fences              %llu recorded, the host waited %llu times\n",
+               (unsigned long long)r->stats.num_fence_records, (unsigned long long)r->stats.num_fence_waits);
     if (t->recorded_ooms)
         printf("OOMs in the trace   %llu (replayed as allocation attempts, freed at once if they succeed)\n",
                (unsigned long long)t->recorded_ooms);
