@@ -557,15 +557,22 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
 // The best free block is far larger than the request while fenced frees wait: immediate reuse
 // would have handed out one of those (the program's pattern is "free a tensor, allocate its
 // like"), and splitting a large block instead scatters holes that later force the pool to grow.
-// So the pending ones are asked first: passed fences are harvested and, if a pending block can
-// hold the request, the oldest batch that makes it reusable is waited for. The wait is on a
-// fence recorded at least FENCE_TICK allocations ago, not on the work queued since, so the
-// device is not drained. Only when that gives nothing does the large block serve.
+// So the pending ones are asked first: passed fences are harvested and, if a pending block of a
+// closed batch can hold the request, the oldest batch that makes it reusable is waited for. Its
+// fence was recorded before the work queued since, so the device is not drained. Only when that
+// gives nothing does the large block serve.
 static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocator *a, cci_block *b,
                                                                    size_t rounded, int small, uint64_t stream)
 {
     cci_tree_insert(&a->free_tree[small], b);
-    cci_block *c = take_after_fences(a, rounded, small, stream);
+    // Closed batches only: the open one holds the frees of the last few allocations, whose fence
+    // would be recorded now and waited for at once (the device drained); and recording costs an
+    // event per stream on every such poor fit.
+    cci_block *c = NULL;
+    if (cci__fenced_poll(a))
+        c = take_free_block(a, rounded, small, stream);
+    while (!c && cci__fenced_wait_for(a, rounded, small, stream))
+        c = take_free_block(a, rounded, small, stream);
     return c ? c : take_free_block(a, rounded, small, stream);
 }
 

@@ -98,6 +98,9 @@ void cci__fenced_free(cci_allocator *a, cci_block *b);
 /// Without blocking: puts the open batch behind a fence and makes every batch whose fence has
 /// passed reusable. 1 when something became reusable.
 int cci__fenced_harvest(cci_allocator *a);
+/// The same without closing the open batch (no fence recorded): only the closed batches whose
+/// fence has passed become reusable. 1 when some did.
+int cci__fenced_poll(cci_allocator *a);
 /// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
 /// would be enough (or the wait failed and the blocks went to the deferred queue).

@@ -135,6 +135,11 @@ void cci__fenced_tick(cci_allocator *a)
 int cci__fenced_harvest(cci_allocator *a)
 {
     close_open_batch(a);
+    return cci__fenced_poll(a);
+}
+
+int cci__fenced_poll(cci_allocator *a)
+{
     int got = 0;
     while (a->fb_head) {
         int q = a->fences->query(a->be.ctx, a->device, a->fb_head->fence);
