@@ -21,6 +21,7 @@
 #include "backend_cuda_fence.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "backend_cuda.h"
@@ -50,7 +51,9 @@ typedef struct fence_event {
 
 typedef struct cuda_fence {
     size_t n, cap;
-    size_t passed;  // events [0, passed) are known to have passed
+    // Events [0, passed) are known to have passed. Atomic: query runs under the allocator lock,
+    // wait with it dropped, so both may look at one fence at once; it only ever grows.
+    _Atomic size_t passed;
     fence_event *ev;
 } cuda_fence;
 
@@ -237,16 +240,25 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     return CCI_OK;
 }
 
+// Raises f->passed to at least n (two threads may both have seen events pass).
+static void passed_at_least(cuda_fence *f, size_t n)
+{
+    size_t cur = atomic_load_explicit(&f->passed, memory_order_relaxed);
+    while (cur < n && !atomic_compare_exchange_weak_explicit(&f->passed, &cur, n, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+}
+
 static int fence_query(void *ctx, int device, cci_fence handle)
 {
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    while (f->passed < f->n) {
-        int p = event_passed(f->ev[f->passed].ev, f->ev[f->passed].device);
+    for (size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed); i < f->n; i++) {
+        int p = event_passed(f->ev[i].ev, f->ev[i].device);
         if (p <= 0)
             return p < 0 ? CCI_EBACKEND : 0;
-        f->passed++;
+        passed_at_least(f, i + 1);
     }
     return 1;
 }
@@ -256,17 +268,18 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    for (; f->passed < f->n; f->passed++) {
+    for (size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed); i < f->n; i++) {
         cci_driver_scope sc;
-        if (cci_cuda_enter(f->ev[f->passed].device, &sc))
+        if (cci_cuda_enter(f->ev[i].device, &sc))
             return CCI_EBACKEND;
-        CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[f->passed].ev);
+        CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[i].ev);
         cci_cuda_leave(&sc);
         if (r != CUDA_SUCCESS) {
             cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
-                    f->ev[f->passed].device, r);
+                    f->ev[i].device, r);
             return CCI_EBACKEND;
         }
+        passed_at_least(f, i + 1);
     }
     return CCI_OK;
 }
