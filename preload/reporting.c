@@ -56,8 +56,15 @@ void cci_pl_report_attach(int device, cci_allocator *a)
 
 // Threads for the replay: it runs after the program's work is done (exit) or while it waits
 // for its failure (OOM), so every online CPU may help, up to a point where threads stop paying.
+// A fork child of a threaded program starts no thread of ours: it replays on the thread it has
+// (only the forking thread exists there, and a thread started from such a child is what
+// ThreadSanitizer and some libcs refuse).
+static int in_fork_child;
+
 static int replay_jobs(void)
 {
+    if (in_fork_child)
+        return 1;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
@@ -269,6 +276,7 @@ void cci_pl_report_start(const cci_settings *st)
 
 void cci_pl_report_atfork_child(void)
 {
+    in_fork_child = 1;
     // The dumper thread does not exist in the child; a signal there would only fill the pipe
     // that the parent's dumper reads. Live dumps stay off in fork children.
     if (dump_pipe[1] >= 0) {

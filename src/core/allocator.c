@@ -17,6 +17,9 @@ static __thread int hash_oom;
 #undef uthash_nonfatal_oom
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
 
+// The pending ticket of a CCI_FREE_HELD block: deferred tickets count up from 0 and never get here.
+#define HELD_TICKET UINT64_MAX
+
 #define SMALL_SPLIT_MIN ((size_t)512)
 #define LARGE_SPLIT_MIN ((size_t)1 << 20)  // a large remainder must exceed 1 MiB to be split off
 
@@ -655,6 +658,7 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     // The mode this free really takes, told to the observers (traces replay it the same way).
     cci_free_mode how = mode == CCI_FREE_NOW && stream == b->stream ? CCI_FREE_NOW
                         : mode == CCI_FREE_FENCED && a->fences   ? CCI_FREE_FENCED
+                        : mode == CCI_FREE_HELD                  ? CCI_FREE_HELD
                                                                  : CCI_FREE_DEFERRED;
     notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, how);
     if (how == CCI_FREE_NOW) {
@@ -664,11 +668,29 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
         notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
     } else if (how == CCI_FREE_FENCED) {
         cci__fenced_free(a, b);
+    } else if (how == CCI_FREE_HELD) {
+        b->state = BLOCK_PENDING;  // in no queue: only cci_free_complete_held completes it
+        b->pending_seq = HELD_TICKET;
+        b->pend_next = NULL;
     } else {
         cci__defer_block(a, b);  // DEFERRED, FENCED without fences, or freed on another stream
     }
     pthread_mutex_unlock(&a->lock);
     return CCI_OK;
+}
+
+int cci_free_complete_held(cci_allocator *a, uintptr_t ptr)
+{
+    pthread_mutex_lock(&a->lock);
+    cci_block *b;
+    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
+    int rc = b && b != &a->live_anchor && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
+                 ? CCI_OK
+                 : CCI_EINVAL;
+    if (rc == CCI_OK)
+        cci__complete_block(a, b);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
 }
 
 int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *block_size, uintptr_t *segment,

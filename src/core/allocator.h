@@ -19,6 +19,10 @@ typedef enum cci_free_mode {
     /// reusable once a fence recorded after the free has passed (fenced.c); DEFERRED when the
     /// backend has no fences
     CCI_FREE_FENCED,
+    /// reusable only when the caller says so (cci_free_complete_held): how a replay makes a block
+    /// reusable exactly where the recorded run's free completed (a fence passing is a fact of the
+    /// run, not of the configuration)
+    CCI_FREE_HELD,
 } cci_free_mode;
 
 /// Events an observer (trace recorder, report timeline) sees, in PyTorch snapshot vocabulary.
@@ -68,6 +72,10 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out);
 /// its own is always deferred. CCI_OK, CCI_EINVAL (inside a segment of ours but not a live block
 /// start: a double free or an interior pointer), or CCI_ENOTOURS (not ours at all).
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode);
+
+/// Completes a CCI_FREE_HELD free: the block becomes reusable now (FREE_COMPLETED is observed).
+/// CCI_OK, or CCI_EINVAL when `ptr` is not the start of a held block.
+int cci_free_complete_held(cci_allocator *a, uintptr_t ptr);
 
 /// Looks up a live block. CCI_OK with its start, size and the segment around it; CCI_EINVAL /
 /// CCI_ENOTOURS as cci_free. `ptr` may point anywhere inside the block. Outputs may be NULL.

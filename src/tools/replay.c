@@ -9,6 +9,7 @@
 
 #define MAX_DEVICES 64
 #define PENDING UINT64_MAX  // map value of a block freed at free_requested, awaiting free_completed
+#define HELD 1u             // tag on a map value: a fenced free held until its free_completed
 
 // Open-addressing map from (device, recorded address) to our address. Replays run millions of
 // events a second; a malloc per live block would dominate.
@@ -137,22 +138,25 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
             break;
         }
         case CCI_EV_FREE_REQUESTED: {
-            // Our recorder's traces: a completion that does not follow at once was decided by the
-            // recording allocator (a fenced free, completed when its batch's fence was found
-            // passed at a pool miss; a deferred one at a batch synchronisation), so the replay's
-            // allocator decides it too, in the mode the trace recorded (the simulated device
-            // passes a fence at once, as a device that keeps up with the program does).
-            // Snapshots complete at the program's events.
+            // Our recorder's traces: a deferred free's completion was the recording allocator's
+            // own batched synchronisation, so the replay's allocator decides it too (same
+            // configuration, same moment). Snapshots complete at the program's events.
             const cci_trace_event *nx = i + 1 < t->n ? &t->ev[i + 1] : NULL;
             int at_once =
                 nx && nx->action == CCI_EV_FREE_COMPLETED && nx->addr == e->addr && nx->device == e->device;
             if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
                 break;
             res->frees++;
-            cci_free(allocs[d], ours, e->stream,
-                     cfg->immediate_reuse                 ? CCI_FREE_NOW
-                     : e->free_mode == CCI_FREE_FENCED ? CCI_FREE_FENCED
-                                                           : CCI_FREE_DEFERRED);
+            if (e->free_mode == CCI_FREE_FENCED && !cfg->immediate_reuse) {
+                // A fenced free completed when the device had passed its fence: a fact of the
+                // run, not of the configuration. Freed now, reusable at its recorded
+                // free_completed (the address is kept, tagged: blocks are 512-aligned).
+                cci_free(allocs[d], ours, e->stream, CCI_FREE_HELD);
+                if (map_put(&map, map_key(d, e->addr), ours | HELD) != 0)
+                    rc = -1;
+                break;
+            }
+            cci_free(allocs[d], ours, e->stream, cfg->immediate_reuse ? CCI_FREE_NOW : CCI_FREE_DEFERRED);
             if (map_put(&map, map_key(d, e->addr), PENDING) != 0)
                 rc = -1;
             break;
@@ -164,6 +168,10 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
             }
             if (ours == PENDING)
                 break;  // already handed to the allocator at its free_requested
+            if (ours & HELD) {  // freed at its free_requested, reusable from now on
+                cci_free_complete_held(allocs[d], ours & ~(uint64_t)HELD);
+                break;
+            }
             res->frees++;
             cci_free(allocs[d], ours, e->stream, CCI_FREE_NOW);
             break;

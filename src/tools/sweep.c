@@ -75,14 +75,15 @@ static void *worker(void *arg)
     return NULL;
 }
 
-// Runs w's rows on `jobs` threads (or on this one when none can start).
+// Runs w's rows on `jobs` threads (or on this one when none can start); jobs <= 1 runs them on
+// the calling thread and starts none.
 static void run_rows(work *w, int jobs)
 {
     pthread_t th[64];
     int started = 0;
     if (jobs > 64)
         jobs = 64;
-    for (int i = 0; i < jobs && (size_t)i < w->n; i++)
+    for (int i = 0; jobs > 1 && i < jobs && (size_t)i < w->n; i++)
         if (pthread_create(&th[started], NULL, worker, w) == 0)
             started++;
     if (!started)
