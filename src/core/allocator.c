@@ -552,7 +552,7 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
     cci_block *b = NULL;
     if (cci__fenced_harvest(a))
         b = take_free_block(a, rounded, small, stream);
-    while (!b && cci__fenced_wait_for(a, rounded, small, stream))
+    while (!b && cci__fenced_wait_for(a, rounded, small, stream, 0))
         b = take_free_block(a, rounded, small, stream);
     return b;
 }
@@ -560,21 +560,21 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
 // The best free block is far larger than the request while fenced frees wait: immediate reuse
 // would have handed out one of those (the program's pattern is "free a tensor, allocate its
 // like"), and splitting a large block instead scatters holes that later force the pool to grow.
-// So the pending ones are asked first: passed fences are harvested and, if a pending block of a
-// closed batch can hold the request, the oldest batch that makes it reusable is waited for. Its
-// fence was recorded before the work queued since, so the device is not drained. Only when that
-// gives nothing does the large block serve.
+// So the pending ones are asked first: the closed batches whose fence has passed are harvested,
+// and if a pending block of an older batch (not among the FENCED_FIT_SPARE newest) can hold the
+// request, that batch is waited for. Measured on DDP (two H200s): waiting for any batch kept
+// the peak within 7 % of native but cost 11 % of wall time; never waiting cost 30 % of memory.
+// An old batch's fence has usually passed or is about to, so the wait is short.
 static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocator *a, cci_block *b,
                                                                    size_t rounded, int small, uint64_t stream)
 {
     cci_tree_insert(&a->free_tree[small], b);
-    // Closed batches only: the open one holds the frees of the last few allocations, whose fence
-    // would be recorded now and waited for at once (the device drained); and recording costs an
-    // event per stream on every such poor fit.
+    // Closed batches only: recording the open one's fence would cost an event per stream on every
+    // poor fit, and it could not have passed yet anyway.
     cci_block *c = NULL;
     if (cci__fenced_poll(a))
         c = take_free_block(a, rounded, small, stream);
-    while (!c && cci__fenced_wait_for(a, rounded, small, stream))
+    while (!c && cci__fenced_wait_for(a, rounded, small, stream, FENCED_FIT_SPARE))
         c = take_free_block(a, rounded, small, stream);
     return c ? c : take_free_block(a, rounded, small, stream);
 }

@@ -20,6 +20,10 @@
 // A free block at least this many times the request is a poor fit while fenced frees wait: the
 // pending blocks are looked at first (allocator.c, better_fit_after_fences).
 #define FENCED_FIT_FACTOR 2
+// ... and of the pending blocks, those of the newest batches (recorded within the last
+// FENCED_FIT_SPARE * FENCE_TICK allocations) are not waited for on a poor fit: the device has
+// likely not reached them, and stalling the host there costs wall time.
+#define FENCED_FIT_SPARE 2
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {
@@ -103,8 +107,9 @@ int cci__fenced_harvest(cci_allocator *a);
 int cci__fenced_poll(cci_allocator *a);
 /// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
-/// would be enough (or the wait failed and the blocks went to the deferred queue).
-int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream);
+/// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`
+/// newest closed batches are not considered (0: all are).
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare);
 /// Every FENCE_TICK allocations while fenced frees exist: puts the open batch behind its fence and
 /// makes the batches whose fence has passed reusable, without blocking. Why: a fence recorded
 /// only at the next pool miss covers everything queued up to that miss, so waiting for it is

@@ -188,7 +188,7 @@ static int free_by_wave(const cci_block *b, unsigned wave)
     return b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && b->wave && b->wave <= wave);
 }
 
-int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare)
 {
     // What the request needs is one block: a run of neighbours in one segment that are free now
     // or will be once their batch has passed, merged as free_block merges them. A sum over the
@@ -203,8 +203,9 @@ int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t s
             b->wave = (uint16_t)wave;
     }
     cci_fence_batch *target = NULL;
+    unsigned last = wave > spare ? wave - spare : 0;
     wave = 0;
-    for (cci_fence_batch *fb = a->fb_head; fb && !target && wave < UINT16_MAX; fb = fb->next) {
+    for (cci_fence_batch *fb = a->fb_head; fb && !target && wave < last; fb = fb->next) {
         wave++;
         for (cci_block *b = fb->head; b && !target; b = b->pend_next) {
             // Only blocks of the request's pool and stream can serve it: the free set keeps both apart.
