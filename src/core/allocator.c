@@ -236,6 +236,25 @@ static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, u
     return b;
 }
 
+void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
+{
+    cci_tree_remove(&a->free_tree[c->small], c);
+    if (c == b->prev) {
+        b->addr = c->addr;
+        b->prev = c->prev;
+        if (b->prev)
+            b->prev->next = b;
+        else
+            b->seg->first = b;
+    } else {
+        b->next = c->next;
+        if (b->next)
+            b->next->prev = b;
+    }
+    b->size += c->size;
+    block_drop(a, c);
+}
+
 // Returns b to the free set, merging with free neighbours, and keeps the active and
 // inactive-split counters in step.
 static void free_block(cci_allocator *a, cci_block *b)
@@ -247,23 +266,9 @@ static void free_block(cci_allocator *a, cci_block *b)
         cci_block *c = cands[i];
         if (!c || c->state != BLOCK_FREE)
             continue;
-        cci_tree_remove(&a->free_tree[c->small], c);
-        if (c == b->prev) {
-            b->addr = c->addr;
-            b->prev = c->prev;
-            if (b->prev)
-                b->prev->next = b;
-            else
-                b->seg->first = b;
-        } else {
-            b->next = c->next;
-            if (b->next)
-                b->next->prev = b;
-        }
-        b->size += c->size;
         net_blocks--;
         net_bytes -= (int64_t)c->size;
-        block_drop(a, c);
+        cci__absorb_free_neighbour(a, b, c);
     }
     free_set_insert(a, b);
     if (!is_whole(b)) {

@@ -84,6 +84,9 @@ struct cci_allocator {
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
 
 // Internal, lock held.
+/// Merges the free neighbour `c` (b->prev or b->next, in the free set) into `b`: out of the free
+/// set, unlinked, its record recycled. The callers keep their own counters.
+void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c);
 /// Gives back (release = 1) or forgets (0) everything the allocator holds: fences, segments
 /// (ordinary and expandable), block records, the kept peak layout. The one teardown shared by
 /// cci_allocator_destroy and the in-place reset (allocator_reset.c); the lock and the segment

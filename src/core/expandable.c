@@ -111,23 +111,9 @@ static cci_block *insert_free(cci_allocator *a, cci_block *b)
         cci_block *c = cands[i];
         if (!c || c->state != BLOCK_FREE)
             continue;
-        cci_tree_remove(&a->free_tree[c->small], c);
         stat_pool(a->st.inactive_split, c->small, -1);
         stat_pool(a->st.inactive_split_bytes, c->small, -(int64_t)c->size);
-        if (c == b->prev) {
-            b->addr = c->addr;
-            b->prev = c->prev;
-            if (b->prev)
-                b->prev->next = b;
-            else
-                b->seg->first = b;
-        } else {
-            b->next = c->next;
-            if (b->next)
-                b->next->prev = b;
-        }
-        b->size += c->size;
-        cci__block_drop(a, c);
+        cci__absorb_free_neighbour(a, b, c);
     }
     b->state = BLOCK_FREE;
     b->requested = 0;
