@@ -21,25 +21,7 @@
 #define MiB ((size_t)1 << 20)
 #define CAPACITY (64 * MiB)
 
-static int g_failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            g_failures++;                                                        \
-        }                                                                        \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                                     \
-    do {                                                                                   \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                \
-        if (a_ != b_) {                                                                    \
-            fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n", __FILE__,    \
-                    __LINE__, #a, #b, a_, b_);                                             \
-            g_failures++;                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "fake_check.h"
 
 static double now_ms(void)
 {
