@@ -93,6 +93,9 @@ static void start(void)
     const cci_settings *s = cci_settings_get();
     if (s->bad_log[0])
         cci_log(CCI_LOG_WARNING, "CCI_LOG=%s is not one of error, warning, info, debug; ignored", s->bad_log);
+    if (s->bad_thread_cache[0])
+        cci_log(CCI_LOG_WARNING, "CCI_THREAD_CACHE=%s is not 0 or 1; the per-thread caches stay on",
+                s->bad_thread_cache);
     if (s->bad_debug_unsafe[0])
         cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE=%s is not a comma-separated list of no-fences, "
                 "no-stream-rule; ignored", s->bad_debug_unsafe);

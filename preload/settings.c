@@ -222,6 +222,10 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     if (s->rank < 0)
         s->rank = parse_rank(lookup("LOCAL_RANK"));
     read_whatif(s, lookup);
+    const char *tc = lookup("CCI_THREAD_CACHE");
+    s->thread_cache = !(tc && !strcmp(tc, "0"));
+    if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1"))
+        snprintf(s->bad_thread_cache, sizeof s->bad_thread_cache, "%s", tc);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 

@@ -65,6 +65,9 @@ typedef struct cci_settings {
     // layer UNSAFE on purpose, so that the hazard tests can prove they detect early reuse without
     // the fence (fenced frees become reusable at once) or without the stream rule (the process
     // never leaves the ordered rule and never synchronises at the switch). Never set it otherwise.
+    // CCI_THREAD_CACHE=0 turns the per-thread caches off (src/core/tcache.h); 1 or unset: on.
+    int thread_cache;
+    char bad_thread_cache[64];      ///< a refused value ("" when none): the caches stay on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
 } cci_settings;

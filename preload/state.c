@@ -112,6 +112,7 @@ cci_allocator *cci__state_allocator_create(int device)
         if (a) {
             cci_pl_report_attach(device, a);
             attach_trace(a);
+            cci_allocator_thread_cache(a, cci_settings_get()->thread_cache);
             // The bound first: a free that can see this allocator must also search it.
             if (device >= atomic_load(&device_bound))
                 atomic_store(&device_bound, device + 1);

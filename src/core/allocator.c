@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "tcache.h"
 #include "expandable.h"
 #include "log.h"
 
@@ -45,8 +46,8 @@ static inline void stat_pool(cci_stat *arr, int small, int64_t d)
 
 static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
-static void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                   size_t requested)
+void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                      size_t requested)
 {
     if (!a->nobs)
         return;
@@ -54,6 +55,8 @@ static void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintp
     for (int i = 0; i < a->nobs; i++)
         a->obs[i].fn(a->obs[i].ud, &ev);
 }
+
+#define notify cci__notify_full
 
 void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
 {
@@ -382,9 +385,9 @@ static int sync_pending(cci_allocator *a)
         return 0;
     uint64_t upto = a->pend_seq;
     if (a->be.ops->synchronize) {
-        pthread_mutex_unlock(&a->lock);
+        cci__unlock(a);
         int rc = a->be.ops->synchronize(a->be.ctx, a->device);
-        pthread_mutex_lock(&a->lock);
+        cci__lock(a);
         if (rc != CCI_OK)
             return 0;
         a->st.num_sync_all_streams++;
@@ -533,9 +536,9 @@ static void garbage_collect(cci_allocator *a)
 
 void cci_allocator_track_peak(cci_allocator *a, int on)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     a->track_peak = on;
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }
 
 static void remember_peak(cci_allocator *a)
@@ -587,9 +590,11 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
+    if (a->tc_on && cci__tc_alloc(a, rounded, size, stream, out) == CCI_OK)
+        return CCI_OK;
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
@@ -624,17 +629,19 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
             a->st.num_ooms++;
             notify(a, CCI_EV_OOM, stream, 0, rounded, size);
         }
-        pthread_mutex_unlock(&a->lock);
+        cci__unlock(a);
         return rc == CCI_OK ? CCI_EOOM : rc;
     }
     rc = hand_out(a, b, rounded, size);
     if (rc == CCI_OK) {
         *out = b->addr;
+        if (a->tc_on)
+            cci__tc_own(a, b);
         if (new_segment && a->track_peak &&
             a->st.reserved_bytes[CCI_POOL_ALL].current == a->st.reserved_bytes[CCI_POOL_ALL].peak)
             remember_peak(a);
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
@@ -643,23 +650,40 @@ static int classify_unknown(cci_allocator *a, uintptr_t p)
     return cci__segment_of(a, p) ? CCI_EINVAL : CCI_ENOTOURS;
 }
 
+// The allocation statistics of a block leaving the allocated state.
+static void count_free(cci_allocator *a, const cci_block *b)
+{
+    stat_pool(a->st.allocation, b->small, -1);
+    stat_pool(a->st.allocated_bytes, b->small, -(int64_t)b->size);
+    stat_pool(a->st.requested_bytes, b->small, -(int64_t)b->requested);
+    if (is_oversize(a, b->size))
+        stat_add(&a->st.oversize_allocations, -1);
+}
+
+void cci__release_cached(cci_allocator *a, cci_block *b)
+{
+    count_free(a, b);
+    HASH_DELETE(hh, a->live, b);
+    free_block(a, b);
+}
+
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)
 {
-    pthread_mutex_lock(&a->lock);
+    // A block reusable at once on its own stream may stay with this thread (tcache.h).
+    if (mode == CCI_FREE_NOW && a->tc_on && cci__tc_free(a, ptr, stream) == CCI_OK)
+        return CCI_OK;
+    cci__lock(a);
     cci_block *b;
     HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
     if (b == &a->live_anchor)
         b = NULL;
     if (!b || b->state != BLOCK_ALLOCATED) {
         int rc = b ? CCI_EINVAL : classify_unknown(a, ptr);
-        pthread_mutex_unlock(&a->lock);
+        cci__unlock(a);
         return rc;
     }
-    stat_pool(a->st.allocation, b->small, -1);
-    stat_pool(a->st.allocated_bytes, b->small, -(int64_t)b->size);
-    stat_pool(a->st.requested_bytes, b->small, -(int64_t)b->requested);
-    if (is_oversize(a, b->size))
-        stat_add(&a->st.oversize_allocations, -1);
+    cci__tc_disown(b);
+    count_free(a, b);
     // The mode this free really takes, told to the observers (traces replay it the same way).
     cci_free_mode how = mode == CCI_FREE_NOW && stream == b->stream ? CCI_FREE_NOW
                         : mode == CCI_FREE_FENCED && a->fences   ? CCI_FREE_FENCED
@@ -680,13 +704,13 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     } else {
         cci__defer_block(a, b);  // DEFERRED, FENCED without fences, or freed on another stream
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return CCI_OK;
 }
 
 int cci_free_complete_held(cci_allocator *a, uintptr_t ptr)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     cci_block *b;
     HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
     int rc = b && b != &a->live_anchor && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
@@ -694,14 +718,14 @@ int cci_free_complete_held(cci_allocator *a, uintptr_t ptr)
                  : CCI_EINVAL;
     if (rc == CCI_OK)
         cci__complete_block(a, b);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
 int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                    size_t *segment_size)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     cci_segment *s = cci__segment_of(a, ptr);
     cci_block *b = NULL;
     if (s)
@@ -718,23 +742,23 @@ int cci_block_info(cci_allocator *a, uintptr_t ptr, uintptr_t *block, size_t *bl
         if (segment_size)
             *segment_size = s->size;
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
 void cci_alloc_empty_cache(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     cci__fenced_drain(a);
     sync_pending(a);
     release_cached_all(a);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }
 
 size_t cci_cached_free_bytes(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     size_t n = (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - a->st.active_bytes[CCI_POOL_ALL].current);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return n;
 }

@@ -127,6 +127,10 @@ void cci_layout_free(cci_layout *l);
 void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud);
 /// Keeps a copy of the layout each time reserved memory reaches a new peak (for reports).
 void cci_allocator_track_peak(cci_allocator *a, int on);
+/// Per-thread caches in front of the lock (src/core/tcache.h): a block freed for reuse at once on
+/// its own stream stays with the freeing thread for its next allocation of that size and stream.
+/// Off by default, so that a replay decides exactly as PyTorch's allocator; the preload turns it on.
+void cci_allocator_thread_cache(cci_allocator *a, int on);
 /// The layout at the last reserved peak; -1 when none was kept.
 int cci_layout_take_peak(cci_allocator *a, cci_layout *out);
 

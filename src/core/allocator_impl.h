@@ -79,6 +79,11 @@ struct cci_allocator {
     cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
     size_t fenced_count;                  // blocks in the open and the closed batches
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
+
+    // Per-thread caches (tcache.c).
+    int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
+    uint64_t uid;                         // never reused: a thread's slot names its allocator by it
+    struct cci_tc *tcs;                   // every thread's cache of this allocator
 };
 
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
@@ -131,5 +136,10 @@ void cci__seg_remove(cci_allocator *a, cci_segment *s);
 cci_block *cci__block_new(cci_allocator *a);
 void cci__block_drop(cci_allocator *a, cci_block *b);
 void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size);
+void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                      size_t requested);
+/// A block a thread cache kept (its events already told) goes back to the free set, counted as
+/// freed now (tcache.c, at a stop).
+void cci__release_cached(cci_allocator *a, cci_block *b);
 
 #endif

@@ -2,10 +2,12 @@
 // An allocator's life around the policy: creation, the one teardown (destroy and the in-place
 // reset share it), fork, observers, and the statistics readers. Kept apart from allocator.c,
 // which holds only the decisions of the allocation and free paths.
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "tcache.h"
 #include "expandable.h"
 #include "stats_list.h"
 
@@ -26,6 +28,8 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&a->lock, &attr);
     pthread_mutexattr_destroy(&attr);
+    static _Atomic uint64_t next_uid = 1;
+    a->uid = atomic_fetch_add(&next_uid, 1);
     a->device = device;
     a->cfg = *cfg;
     a->be = be;
@@ -56,6 +60,7 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
 
 void cci__allocator_clear(cci_allocator *a, int release)
 {
+    cci__tc_forget_all(a);
     HASH_CLEAR(hh, a->live);
     cci__fenced_destroy(a, release);
     a->fopen_head = a->fopen_tail = NULL;
@@ -89,25 +94,34 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
 {
     if (!a)
         return;
+    cci__tc_detach_all(a);
     cci__allocator_clear(a, release_segments);
     free(a->segs);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }
 
-void cci_allocator_fork_prepare(cci_allocator *a) { pthread_mutex_lock(&a->lock); }
-void cci_allocator_fork_parent(cci_allocator *a) { pthread_mutex_unlock(&a->lock); }
+void cci_allocator_fork_prepare(cci_allocator *a) { cci__lock(a); }
+void cci_allocator_fork_parent(cci_allocator *a) { cci__unlock(a); }
 
 void cci_allocator_fork_child(cci_allocator *a)
 {
     // The forking thread took the lock in prepare and is the one thread that exists here.
+    cci__tc_fork_child();
     pthread_mutex_unlock(&a->lock);
     cci_allocator_destroy(a, 0);
 }
 
+void cci_allocator_thread_cache(cci_allocator *a, int on)
+{
+    cci__lock(a);
+    a->tc_on = on;  // switched off, the caches empty at this stop and never fill again
+    cci__unlock(a);
+}
+
 int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     int rc = -1;
     if (a->nobs < CCI_MAX_OBSERVERS) {
         a->obs[a->nobs].fn = fn;
@@ -115,35 +129,35 @@ int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
         a->nobs++;
         rc = 0;
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
 void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     fn(ud);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }
 
 void cci_alloc_stats(cci_allocator *a, cci_stats *out)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     *out = a->st;
     out->largest_free_block = cci__largest_free(a);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }
 
 void cci_alloc_reset_peaks(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     // Every counter family of the one list, whether it is per pool (an array) or a single cci_stat.
 #define RESET_PEAKS(field, label, per_pool, bytes)                                                 \
     for (size_t i = 0; i < sizeof a->st.field / sizeof(cci_stat); i++)                            \
         ((cci_stat *)&a->st.field)[i].peak = ((cci_stat *)&a->st.field)[i].current;
     CCI_STAT_FAMILIES(RESET_PEAKS)
 #undef RESET_PEAKS
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }
 
 const cci_config *cci_allocator_config(const cci_allocator *a) { return &a->cfg; }

@@ -12,6 +12,7 @@ static _Thread_local int anchor_oom;
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "tcache.h"
 #include "expandable.h"
 #include "log.h"
 
@@ -38,7 +39,7 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     // Observers first, while every record still exists: each live block is freed, each segment
     // given back, as a trace or timeline of the program would have shown it.
     for (size_t i = 0; i < a->nsegs; i++) {
@@ -66,5 +67,5 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
     HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
     if (anchor_oom)
         a->live = NULL;
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
 }

@@ -25,6 +25,7 @@ enum {
     BLOCK_PENDING = 2,
     BLOCK_UNMAPPED = 3,    // address space of an expandable segment with no memory behind it
     BLOCK_RECLAIMING = 4,  // free pages being unmapped: out of the free set while the device syncs
+    BLOCK_CACHED = 5,      // freed into a thread's magazine (tcache.c); never seen under the lock
 };
 
 typedef struct cci_segment cci_segment;
@@ -46,6 +47,7 @@ typedef struct cci_block {
     uint64_t gc_base;         // pool's free-search count when the block entered the free set
     uint64_t pending_seq;     // deferred-free ticket
     struct cci_block *pend_next;
+    struct cci_tc *owner;     // the thread cache that may free it without the lock (tcache.c)
     UT_hash_handle hh;        // live-block map, keyed by addr
 } cci_block;
 

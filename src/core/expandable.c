@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "expandable.h"
+#include "tcache.h"
 #include "log.h"
 
 #define PYTORCH_SMALL_PAGE ((size_t)2 << 20)
@@ -458,9 +459,9 @@ void cci__exp_release_free(cci_allocator *a)
     //    kernels that used it.
     int synced = 1;
     if (a->be.ops->synchronize) {
-        pthread_mutex_unlock(&a->lock);
+        cci__unlock(a);
         synced = a->be.ops->synchronize(a->be.ctx, a->device) == CCI_OK;
-        pthread_mutex_lock(&a->lock);
+        cci__lock(a);
     }
     // 3. Unmap (or, if the device could not be synchronised, put everything back).
     while (list) {

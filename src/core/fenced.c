@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "allocator_impl.h"
+#include "tcache.h"
 
 static size_t open_batch_limit(const cci_allocator *a)
 {
@@ -162,9 +163,9 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
 {
     fb->waiters++;
     a->st.num_fence_waits++;
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     int rc = a->fences->wait(a->be.ctx, a->device, fb->fence);
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     fb->waiters--;
     if (fb->completed) {  // another thread dealt with it while the lock was dropped
         if (!fb->waiters)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "tcache.h"
 
 static int max_free(cci_block *b, void *ud)
 {
@@ -53,15 +54,15 @@ int cci__layout_fill(cci_allocator *a, cci_layout *out)
 
 int cci_layout_take(cci_allocator *a, cci_layout *out)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     int rc = cci__layout_fill(a, out);
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
 int cci_layout_take_peak(cci_allocator *a, cci_layout *out)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     int rc = -1;
     if (a->have_peak) {
         cci_layout *p = &a->peak;
@@ -82,7 +83,7 @@ int cci_layout_take_peak(cci_allocator *a, cci_layout *out)
             cci_layout_free(out);
         }
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }
 
@@ -130,7 +131,7 @@ static int fail(char *msg, size_t len, const char *fmt, ...)
 
 int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
 {
-    pthread_mutex_lock(&a->lock);
+    cci__lock(a);
     int rc = 0;
     // Recomputed counters, per pool index (1 small, 2 large).
     int64_t seg[3] = {0}, reserved[3] = {0}, alloc[3] = {0}, alloc_b[3] = {0}, active[3] = {0},
@@ -237,6 +238,6 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
         if (!rc && checks[i].st[0].current != v[1] + v[2])
             rc = fail(msg, len, "%s.all is not the sum of its pools", checks[i].name);
     }
-    pthread_mutex_unlock(&a->lock);
+    cci__unlock(a);
     return rc;
 }

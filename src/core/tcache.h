@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// Per-thread caches in front of the allocator lock (tcache.c): the fast path.
+//
+// A thread that frees a block it may reuse at once (CCI_FREE_NOW, on the block's own stream) keeps
+// it in a small magazine of its own, keyed by (stream, size); its next allocation of that exact
+// rounded size on that stream takes it back without the allocator lock. Nothing else changes:
+//   - every critical section of the allocator (cci__lock) first brings every thread cache to a
+//     stop, hands its events to the observers in time order, folds its statistics into the
+//     allocator's and returns its magazine blocks to the free set. The policy code therefore never
+//     sees a cached block, and decides exactly as it would without the caches, from the same free
+//     set;
+//   - statistics are exact, peaks included: a thread may raise a statistic without the lock only
+//     within a credit, and the credits of all threads never exceed the distance between the
+//     current value and its peak (recomputed at every unlock). So no increase made without the
+//     lock can pass a peak; one that would takes the lock, which records it;
+//   - the safety rules do not move: only a block freed for reuse at once on its own stream enters
+//     a magazine, and it leaves it only for the same stream.
+#ifndef CCI_TCACHE_H
+#define CCI_TCACHE_H
+
+#include "allocator_impl.h"
+
+typedef struct cci_tc cci_tc;
+
+/// Takes the allocator lock: the mutex, then every thread cache stopped and emptied (see above).
+void cci__lock(cci_allocator *a);
+/// Recomputes the credits and lets the thread caches run again, then drops the mutex.
+void cci__unlock(cci_allocator *a);
+
+/// The fast paths. CCI_OK when served; CCI_ENOTOURS when not (no cache, a miss, no credit, a
+/// stop in progress): the caller takes the locked path, which gives the same answer.
+int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out);
+int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
+
+// Lock held.
+/// The calling thread was handed `b` by the locked path: it may free it on its fast path.
+void cci__tc_own(cci_allocator *a, cci_block *b);
+/// `b` leaves the allocated state through the locked path: no fast path may touch it any more.
+void cci__tc_disown(cci_block *b);
+/// The allocator forgets every block (reset, destroy): the caches forget theirs, and their
+/// statistics and credits start over with the allocator's.
+void cci__tc_forget_all(cci_allocator *a);
+/// Destroy: the caches of live threads stay allocated until their thread exits; they are cut off
+/// from the allocator now.
+void cci__tc_detach_all(cci_allocator *a);
+/// In a fork child: the registry lock may have been held by a thread that does not exist here.
+void cci__tc_fork_child(void);
+
+#endif
