@@ -474,6 +474,19 @@ static void drain(void *ctx, int device)
         drain_pool(device);
 }
 
+// The pool as the reports see it: pages kept, not mapped, counted nowhere else.
+static int pooled(void *ctx, int device, size_t *npages, size_t *bytes)
+{
+    (void)ctx;
+    if (!valid(device))
+        return CCI_EBACKEND;
+    pthread_mutex_lock(&vmm_lock);
+    *npages = devs[device].pool_n;
+    *bytes = devs[device].pool_bytes;
+    pthread_mutex_unlock(&vmm_lock);
+    return CCI_OK;
+}
+
 static const cci_backend_vmm_ops vmm_ops = {
     .granularity = granularity,
     .va_reserve = va_reserve,
@@ -484,6 +497,7 @@ static const cci_backend_vmm_ops vmm_ops = {
     .unmap = unmap,
     .set_access = set_access,
     .drain = drain,
+    .pooled = pooled,
 };
 
 void cci_cuda_vmm_wire(cci_backend_ops *ops)

@@ -120,6 +120,8 @@ static int dump(const char *pattern, const char *format, int force, cci_report_m
         return -1;
     }
     cci_callsites_fill(&s);   // who holds the memory (CCI_STACKS), as plain data in the snapshot
+    if (s.ndevices)           // the backend exists once an allocator does
+        cci_report_fill_vmm_pool(&s, cci_cuda_backend());  // pages in the VMM pool, host data only
     return cci_report_dump_snapshot(&s, pattern, format, force, measure, NULL);
 }
 

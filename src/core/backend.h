@@ -58,6 +58,11 @@ typedef struct cci_backend_vmm_ops {
     /// page_create; this gives every page it keeps back to the device. Called by empty_cache and
     /// the last retry before an out-of-memory, after their pages were released.
     void (*drain)(void *ctx, int device);
+    /// Optional (may be NULL): how many released pages the backend keeps now for page_create to
+    /// hand out again, and their bytes. Device memory that reserved (= mapped) does not count,
+    /// shown by the reports. Host bookkeeping only, never a device call, so it also answers after
+    /// the device is gone (exit). CCI_OK, or CCI_EBACKEND for a device it does not know.
+    int (*pooled)(void *ctx, int device, size_t *pages, size_t *bytes);
 } cci_backend_vmm_ops;
 
 /// (b) Fences. A fence recorded for `stream` passes once every piece of work that was queued

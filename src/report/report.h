@@ -208,6 +208,12 @@ typedef struct cci_report_device {
     char config[1024];           ///< effective configuration, CCI_ALLOC_CONF grammar
     int expandable_requested;    ///< expandable_segments:True was asked for
     cci_report_whatif whatif;    ///< replayed alternatives (measured by the preload at exit)
+    // The VMM backend's page pool now: released pages it keeps to map again, device memory that
+    // `reserved` (= mapped) leaves out. Filled by cci_report_fill_vmm_pool from the backend that
+    // the caller holds (the report library never finds a backend itself).
+    int vmm_pool_known;          ///< 0: no VMM backend, or it keeps no count (pooled op NULL)
+    uint64_t vmm_pool_pages;
+    uint64_t vmm_pool_bytes;
     size_t nadvice;
     cci_report_advice advice[CCI_REPORT_MAX_ADVICE];
     // Call sites (CCI_STACKS), filled by the preload after the snapshot is taken; all zero when off.
@@ -253,6 +259,10 @@ int cci_report_dump_snapshot(cci_report_snapshot *s, const char *pattern, const 
 /// 1 when some device ever asked the device for memory through us: the exit report is printed
 /// only then.
 int cci_report_has_activity(const cci_report_snapshot *s);
+/// Asks `be`'s virtual-memory group how many released pages it keeps for each device of the
+/// snapshot (vmm.pooled: host bookkeeping, no device call, so safe at exit) and fills
+/// vmm_pool_*. Leaves them unknown when the backend has no VMM group or no pooled query.
+void cci_report_fill_vmm_pool(cci_report_snapshot *s, cci_backend be);
 /// Configurations the advice rules would like measured beyond the sweep's grid (e.g. the
 /// max_split_size_mb the fragmentation misses point to), in CCI_ALLOC_CONF grammar, for the
 /// what-if replay. Call after the snapshot was taken. Returns how many were written (<= max).

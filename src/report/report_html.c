@@ -222,6 +222,7 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__whatif_html(b, d);
     cci__sb_puts(b, "<h3>Allocated and reserved bytes over time</h3>\n");
     timeline(b, d);
+    cci__vmm_html(b, d);
     cci__sb_printf(b, "<h3>Segments at peak reserved and at exit</h3>\n"
                    "<div class=\"legend\"><span><i class=\"sw\" style=\"background:%s\"></i>allocated</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>free (cached)</span>"

@@ -72,11 +72,14 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_json(cci_sb *b, const cci_report_snapshot *s);
 void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
 
-/// The what-if and expandable-segment sections (report_whatif.c), one call per form.
+/// The what-if sections (report_whatif.c) and the expandable-segment ones (report_vmm.c), one
+/// call per form.
 void cci__whatif_text(cci_sb *b, const cci_report_device *d);
 void cci__vmm_text(cci_sb *b, const cci_report_device *d);
 void cci__whatif_json(cci_sb *b, const cci_report_device *d);
 void cci__whatif_html(cci_sb *b, const cci_report_device *d);
+void cci__vmm_json(cci_sb *b, const cci_report_device *d);
+void cci__vmm_html(cci_sb *b, const cci_report_device *d);
 
 // ---- analysis ---------------------------------------------------------------------------------
 void cci__frag_compute(const cci_layout *l, cci_report_frag *f);

@@ -174,6 +174,7 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__holders_json(b, d);
     cci__sb_puts(b, "    ");
     cci__whatif_json(b, d);
+    cci__vmm_json(b, d);
     cci__sb_puts(b, "\"advice\": [");
     for (size_t k = 0; k < d->nadvice; k++) {
         cci__sb_printf(b, "%s\n      {\"rule\": ", k ? "," : "");

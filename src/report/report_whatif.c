@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The sections the measured advice adds to each form of the report: the what-if table (the run's
-// own history replayed under other configurations; the preload measures it, see report.h), and
-// the virtual-memory figures of expandable segments (address space vs mapped memory, holes).
+// own history replayed under other configurations; the preload measures it, see report.h).
 // Each printer calls one function of this file, so the three forms stay in step.
 #include <stdio.h>
 #include <string.h>
@@ -77,27 +76,6 @@ void cci__whatif_text(cci_sb *b, const cci_report_device *d)
         text_row(b, w, &w->current, 1);
 }
 
-/// Expandable segments: what the address space holds. Printed only when the layout has some, so
-/// reports of ordinary segments read as before.
-void cci__vmm_text(cci_sb *b, const cci_report_device *d)
-{
-    const cci_report_frag *f[2] = {&d->frag_peak, &d->frag_now};
-    if (!f[0]->vmm_segments && !f[1]->vmm_segments)
-        return;
-    static const char *const when[2] = {"at peak reserved", "at exit"};
-    cci__sb_printf(b, "\nExpandable segments, device %d (address space reserved vs memory mapped):\n", d->device);
-    for (int i = 0; i < 2; i++) {
-        if (!f[i]->valid)
-            continue;
-        char h1[16], h2[16], h3[16];
-        cci__sb_printf(b, "  %-17s %llu segment%s, %s of address space, %s mapped, %s unmapped in %llu hole%s\n",
-                       when[i], (unsigned long long)f[i]->vmm_segments, f[i]->vmm_segments == 1 ? "" : "s",
-                       cci__human((int64_t)f[i]->address_space, h1, sizeof h1),
-                       cci__human((int64_t)f[i]->mapped, h2, sizeof h2), cci__human((int64_t)f[i]->unmapped, h3, sizeof h3),
-                       (unsigned long long)f[i]->unmapped_holes, f[i]->unmapped_holes == 1 ? "" : "s");
-    }
-}
-
 // ---- JSON ----------------------------------------------------------------------------------
 
 static void json_row(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r)
@@ -111,9 +89,9 @@ static void json_row(cci_sb *b, const cci_report_whatif *w, const cci_report_wha
                    (long long)r->peak_reserved - (long long)w->current.peak_reserved);
 }
 
-/// `"what_if": [...], "what_if_replay": {...}, "vmm": {...}` (with a trailing ",\n    "): the
-/// replayed configurations, ranked (delta = peak reserved minus the current one's, bytes), and
-/// how the replay went.
+/// `"what_if": [...], "what_if_replay": {...}` (with a trailing ",\n    "): the replayed
+/// configurations, ranked (delta = peak reserved minus the current one's, bytes), and how the
+/// replay went.
 void cci__whatif_json(cci_sb *b, const cci_report_device *d)
 {
     const cci_report_whatif *w = &d->whatif;
@@ -136,21 +114,6 @@ void cci__whatif_json(cci_sb *b, const cci_report_device *d)
         json_row(b, w, &w->current);
     else
         cci__sb_puts(b, "null");
-    cci__sb_puts(b, "},\n    \"vmm\": {");
-    const cci_report_frag *f[2] = {&d->frag_peak, &d->frag_now};
-    static const char *const when[2] = {"at_peak", "at_exit"};
-    for (int i = 0; i < 2; i++) {
-        cci__sb_printf(b, "%s\"%s\": ", i ? ", " : "", when[i]);
-        if (!f[i]->valid) {
-            cci__sb_puts(b, "null");
-            continue;
-        }
-        cci__sb_printf(b, "{\"segments\": %llu, \"address_space_bytes\": %llu, \"mapped_bytes\": %llu, "
-                       "\"unmapped_bytes\": %llu, \"unmapped_holes\": %llu}",
-                       (unsigned long long)f[i]->vmm_segments, (unsigned long long)f[i]->address_space,
-                       (unsigned long long)f[i]->mapped, (unsigned long long)f[i]->unmapped,
-                       (unsigned long long)f[i]->unmapped_holes);
-    }
     cci__sb_puts(b, "},\n    ");
 }
 

@@ -30,11 +30,14 @@ typedef enum cudaError_enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_CONTEXT_ALREADY_CURRENT = 202,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
     CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -231,6 +234,43 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+
+/* ---- Pointer attributes and peer access (fake_pointer.c) ----
+ * A pointer inside a cuMemAlloc allocation or inside a mapped VMM range is
+ * device memory of the allocation's (the physical page's) device; anything
+ * else, a reserved but unmapped VMM address included, is unknown to the
+ * driver: cuPointerGetAttribute answers CUDA_ERROR_INVALID_VALUE and
+ * cuPointerGetAttributes fills zeros and succeeds, as the driver documents.
+ * Attributes the fake does not model answer CUDA_ERROR_NOT_SUPPORTED. */
+typedef enum CUpointer_attribute_enum {
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
+    CU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
+    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
+    CU_POINTER_ATTRIBUTE_MAPPED = 13
+} CUpointer_attribute;
+
+typedef enum CUmemorytype_enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
+} CUmemorytype;
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                                CUdeviceptr ptr);
+/* Peer access: any two distinct fake devices can reach each other. Enabling
+ * lets the current context's device reach peerContext's device's cuMemAlloc
+ * memory; VMM mappings still need cuMemSetAccess for that device, as on a
+ * real GPU. A reset of either device forgets the pair. */
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
@@ -362,6 +402,13 @@ int fakecu_vmm_set_granularity(size_t bytes);
 int fakecu_vmm_fail_at(const char *fn, unsigned long long n);
 /* Device dev writes: memmove(dst, src, n) when src != NULL, else memset(dst,
  * byte, n), after the checks above. CUDA_ERROR_ILLEGAL_ADDRESS when refused. */
+/* What device dev may do with every byte of [p, p + n) inside mapped VMM
+ * ranges (fake_vmm_access.c): CU_MEM_ACCESS_FLAGS_PROT_READWRITE, _READ or
+ * _NONE for the least-granted byte; -1 when some byte is not in a mapping. */
+int fakecu_vmm_access(int dev, const void *p, size_t n);
+/* 1 when peer access from dev to peer was enabled (cuCtxEnablePeerAccess
+ * with a context of dev current, or cudaDeviceEnablePeerAccess), else 0. */
+int fakecu_peer_enabled(int dev, int peer);
 CUresult fakecu_device_write(int dev, void *dst, const void *src, int byte, size_t n);
 /* Stream-ordered device writes by the current context's device: after
  * delay_us the job runs fakecu_device_write (a refused one is only reported,

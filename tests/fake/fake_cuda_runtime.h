@@ -56,11 +56,14 @@ typedef enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorDeviceUninitialized = 201,
+    cudaErrorPeerAccessUnsupported = 217,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorSymbolNotFound = 500,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
+    cudaErrorPeerAccessAlreadyEnabled = 704,
+    cudaErrorPeerAccessNotEnabled = 705,
     cudaErrorContextIsDestroyed = 709,
     cudaErrorNotPermitted = 800,
     cudaErrorNotSupported = 801,
@@ -179,6 +182,32 @@ cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
+
+/* Peer access and pointer attributes (fake_cudart_peer.c). */
+cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice);
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+cudaError_t cudaDeviceDisablePeerAccess(int peerDevice);
+
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3
+};
+
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+    long reserved[8];
+};
+
+/* Device memory (a cuMemAlloc allocation or a mapped VMM range, interior
+ * pointers included): type device, its device, devicePointer = ptr. Memory
+ * CUDA does not know: cudaSuccess with type unregistered, device -2, the
+ * pointer as hostPointer (CUDA 11 and later). */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
 
 /* ---- Streams, events, capture ---- */
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);

@@ -13,6 +13,7 @@
 #endif
 #include "fake_cuda_runtime.h"
 #include "fake_cuda_driver.h"
+#include "fake_cudart_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,57 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-#define RT_API __attribute__((visibility("default")))
-#define RT_MAX_DEVICES 8
 
-#define DRIVER_FUNCS(X)            \
-    X(cuInit)                      \
-    X(cuDriverGetVersion)          \
-    X(cuDeviceGetCount)            \
-    X(cuDevicePrimaryCtxRetain)    \
-    X(cuDevicePrimaryCtxReset_v2)  \
-    X(cuCtxGetCurrent)             \
-    X(cuCtxSetCurrent)             \
-    X(cuCtxGetDevice)              \
-    X(cuCtxSynchronize)            \
-    X(cuMemAlloc_v2)               \
-    X(cuMemFree_v2)                \
-    X(cuMemAllocManaged)           \
-    X(cuMemAllocPitch_v2)          \
-    X(cuMemAllocAsync)             \
-    X(cuMemAllocAsync_ptsz)        \
-    X(cuMemFreeAsync)              \
-    X(cuMemFreeAsync_ptsz)         \
-    X(cuMemGetInfo_v2)             \
-    X(cuIpcGetMemHandle)           \
-    X(cuStreamCreate)              \
-    X(cuStreamDestroy_v2)          \
-    X(cuStreamSynchronize)         \
-    X(cuStreamQuery)               \
-    X(cuStreamIsCapturing)         \
-    X(cuStreamBeginCapture_v2)     \
-    X(cuStreamEndCapture)          \
-    X(cuEventCreate)               \
-    X(cuEventRecord)               \
-    X(cuEventQuery)                \
-    X(cuEventSynchronize)          \
-    X(cuEventDestroy_v2)           \
-    X(cuGetProcAddress_v2)         \
-    X(cuStreamWaitEvent)           \
-    X(cuStreamWaitEvent_ptsz)      \
-    X(cuGraphInstantiateWithFlags) \
-    X(cuGraphLaunch)               \
-    X(cuGraphLaunch_ptsz)          \
-    X(cuGraphExecDestroy)          \
-    X(cuGraphDestroy)              \
-    X(fakecu_stream_hold)          \
-    X(fakecu_stream_demand)        \
-    X(fakecu_launch)
-
-#define DECLARE_PTR(name) __typeof__(name) *name;
-static struct {
-    DRIVER_FUNCS(DECLARE_PTR)
-} D;
+/* The driver table (fake_cudart_internal.h lists it): looked up in the libcuda handle. */
+struct fcrt_driver D;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cudaError_t g_init_err;
@@ -110,6 +63,9 @@ static cudaError_t map_error(CUresult r)
     case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
     case CUDA_ERROR_NOT_READY: return cudaErrorNotReady;
     case CUDA_ERROR_ILLEGAL_ADDRESS: return cudaErrorIllegalAddress;
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: return cudaErrorPeerAccessUnsupported;
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: return cudaErrorPeerAccessAlreadyEnabled;
+    case CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: return cudaErrorPeerAccessNotEnabled;
     case CUDA_ERROR_CONTEXT_IS_DESTROYED: return cudaErrorContextIsDestroyed;
     case CUDA_ERROR_NOT_PERMITTED: return cudaErrorNotPermitted;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
@@ -170,8 +126,8 @@ static cudaError_t rt_init_check(void)
 }
 
 /* Retains the device's primary context (once per process, like the runtime's
- * lazy context creation) and makes it current in the calling thread. */
-static cudaError_t rt_activate(int dev)
+ * lazy context creation). */
+cudaError_t fcrt_primary(int dev, CUcontext *out)
 {
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&g_lock);
@@ -179,11 +135,17 @@ static cudaError_t rt_activate(int dev)
         r = D.cuDevicePrimaryCtxRetain(&g_primary[dev], dev);
         g_retained[dev] = r == CUDA_SUCCESS;
     }
-    CUcontext c = g_primary[dev];
+    *out = g_primary[dev];
     pthread_mutex_unlock(&g_lock);
-    if (r)
-        return map_error(r);
-    return map_error(D.cuCtxSetCurrent(c));
+    return map_error(r);
+}
+
+/* ... and makes it current in the calling thread. */
+static cudaError_t rt_activate(int dev)
+{
+    CUcontext c = NULL;
+    cudaError_t e = fcrt_primary(dev, &c);
+    return e ? e : map_error(D.cuCtxSetCurrent(c));
 }
 
 /*
@@ -217,6 +179,12 @@ static cudaError_t rt_enter(int *devp)
         if (e_)                            \
             return ret(e_);                \
     } while (0)
+
+/* ---- for the runtime's other files (fake_cudart_internal.h) ---- */
+
+cudaError_t fcrt_enter(int *devp) { return rt_enter(devp); }
+cudaError_t fcrt_ret(cudaError_t e) { return ret(e); }
+cudaError_t fcrt_ret_drv(CUresult r) { return ret_drv(r); }
 
 /* ------------------------------------------------------------------ */
 /* Memory                                                              */
@@ -512,6 +480,9 @@ static const struct {
     {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorPeerAccessUnsupported, "cudaErrorPeerAccessUnsupported", "peer access is not supported between these two devices"},
+    {cudaErrorPeerAccessAlreadyEnabled, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled"},
+    {cudaErrorPeerAccessNotEnabled, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled"},
     {cudaErrorContextIsDestroyed, "cudaErrorContextIsDestroyed", "context is destroyed"},
     {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},

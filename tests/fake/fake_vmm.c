@@ -686,6 +686,22 @@ VMM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *
     return i < vmm_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+bool fc_vmm_mapping_of(uintptr_t p, int *dev, uintptr_t *base, size_t *size)
+{
+    pthread_once(&vmm_lock_once, vmm_init);
+    pthread_rwlock_rdlock(&vmm_lock);
+    size_t i = vmm_vec_find(&vmm_maps, p);
+    bool found = i < vmm_maps.n;
+    if (found) {
+        const struct mapping *m = vmm_map_at(i);
+        *dev = m->ph->dev;
+        *base = m->at.va;
+        *size = m->at.size;
+    }
+    pthread_rwlock_unlock(&vmm_lock);
+    return found;
+}
+
 /* ------------------------------------------------------------------ */
 /* Device reset (called from fake_cuda.c)                              */
 

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* fake_cuda.c: charge / uncharge bytes of device dev's memory, the figure
  * cuMemGetInfo and fakecu_used_bytes report. Charging fails (false) when the
@@ -22,6 +23,14 @@ void fc_device_uncharge(int dev, size_t bytes);
  * Called by fake_cuda.c with its lock held, after the device's streams have
  * drained and before the device's charge is zeroed. */
 void fc_vmm_device_reset(int dev);
+
+/* fake_vmm.c: the mapping that holds p, for the pointer attributes
+ * (fake_pointer.c): its device, start and size. false when p is in no
+ * mapping (unmapped address space of a reservation included). */
+bool fc_vmm_mapping_of(uintptr_t p, int *dev, uintptr_t *base, size_t *size);
+/* fake_pointer.c: a device reset forgets the peer access to and from it.
+ * Called by fake_cuda.c with its lock held. */
+void fc_peer_device_reset(int dev);
 
 /* ---- Shared between fake_vmm.c (the API) and fake_vmm_access.c (the
  * device's accesses); all of it under vmm_lock. ---- */

@@ -75,6 +75,33 @@ static void report_fault(int dev, bool write, const void *p, size_t n, enum verd
         fprintf(stderr, "fakecuda: further device faults are counted, not printed\n");
 }
 
+VMM_API int fakecu_vmm_access(int dev, const void *p, size_t n)
+{
+    if (dev < 0 || dev >= VMM_MAX_DEVICES || !n || (uintptr_t)p + n < (uintptr_t)p)
+        return -1;
+    uint32_t bit = 1u << dev;
+    int least = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    uintptr_t cur = (uintptr_t)p, end = cur + n;
+    pthread_rwlock_rdlock(&vmm_lock);
+    size_t mi = vmm_vec_find(&vmm_maps, cur);
+    while (cur < end) {
+        if (mi >= vmm_maps.n || vmm_map_at(mi)->at.va > cur) {
+            least = -1;
+            break;
+        }
+        const struct mapping *m = vmm_map_at(mi);
+        int here = m->write_mask & bit ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                   : m->read_mask & bit ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                        : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        if (here < least)
+            least = here;
+        cur = m->at.va + m->at.size;
+        mi++;
+    }
+    pthread_rwlock_unlock(&vmm_lock);
+    return least;
+}
+
 VMM_API CUresult fakecu_device_write(int dev, void *dst, const void *src, int byte, size_t n)
 {
     if (dev < 0 || dev >= VMM_MAX_DEVICES || (n && !dst) || (uintptr_t)dst + n < (uintptr_t)dst ||

@@ -147,6 +147,67 @@ static void pool(size_t capacity)
     CUDA_OK(cudaFree(small));
 }
 
+// The number after `key` in the file at `path` (a report the preload just wrote); -1 when absent.
+static long long report_figure(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("FAIL: no report at %s\n", path);
+        exit(1);
+    }
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *at = strstr(text, key);
+    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
+
+// The report shows the pages the backend keeps in its pool. Compact mode pools pages when it
+// gives free ones back before a growth: free every other block of a run (more free than the
+// slack, but no hole wide enough for the next request), then ask for a block that must grow.
+// The fake's own books say how many pages exist without a mapping: that is the pool.
+static void pool_report(void)
+{
+    void *p[20];
+    for (int i = 0; i < 20; i++)
+        p[i] = alloc_filled(4 * MiB, (uint64_t)i);
+    for (int i = 0; i < 20; i += 2)
+        CUDA_OK(cudaFree(p[i]));
+    CUDA_OK(cudaDeviceSynchronize());
+    void *grown = alloc_filled(6 * MiB, 40);
+    struct fakecu_vmm_stats s = vstats();
+    size_t unmapped_bytes = fakecu_vmm_physical_bytes(0) - s.mapped_bytes;
+    long long pooled = (long long)(unmapped_bytes / gran);
+    CHECK(pooled > 0 && unmapped_bytes % gran == 0,
+          "the fake holds %lld pages that exist without a mapping (the backend's pool)", pooled);
+    char json[64], text[64], html[64];
+    snprintf(json, sizeof json, "/tmp/cci-vmm-pool-%ld.json", (long)getpid());
+    snprintf(text, sizeof text, "/tmp/cci-vmm-pool-%ld.txt", (long)getpid());
+    snprintf(html, sizeof html, "/tmp/cci-vmm-pool-%ld.html", (long)getpid());
+    CHECK(api.dump_report(json) == 0 && api.dump_report(text) == 0 && api.dump_report(html) == 0,
+          "reports written (JSON, text, HTML)");
+    long long jp = report_figure(json, "\"pooled_pages\": "), jb = report_figure(json, "\"pooled_bytes\": ");
+    long long tp = report_figure(text, "page pool now ");
+    long long hp = report_figure(html, "<span class=\"pooled-pages\">");
+    CHECK(jp == pooled && jb == (long long)unmapped_bytes, "JSON: pooled_pages %lld, pooled_bytes %lld", jp, jb);
+    CHECK(tp == pooled, "text: \"page pool now %lld pages pooled\"", tp);
+    CHECK(hp == pooled, "HTML: page pool now %lld pages", hp);
+    CHECK(report_figure(json, "\"unmapped_holes\": ") >= 0, "JSON: the holes figure sits beside it");
+    unlink(json);
+    unlink(text);
+    unlink(html);
+    // empty_cache drains the pool; the report follows.
+    CUDA_OK(cudaFree(grown));
+    for (int i = 1; i < 20; i += 2)
+        CUDA_OK(cudaFree(p[i]));
+    CHECK(api.empty_cache(0) == 0, "cci_empty_cache");
+    CHECK(api.dump_report(json) == 0, "report written after empty_cache");
+    jp = report_figure(json, "\"pooled_pages\": ");
+    CHECK(jp == 0 && fakecu_vmm_physical_bytes(0) == 0, "after empty_cache the report shows %lld pooled pages", jp);
+    unlink(json);
+}
+
 // Out of memory inside a reservation: cudaErrorMemoryAllocation, then recovery.
 static void oom(void)
 {
@@ -307,6 +368,8 @@ int main(int argc, char **argv)
         empty_cache();
     else if (!strcmp(sc, "pool"))
         pool(capacity);
+    else if (!strcmp(sc, "pool-report"))
+        pool_report();
     else if (!strcmp(sc, "oom"))
         oom();
     else if (!strcmp(sc, "two-devices"))
