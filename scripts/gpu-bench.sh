@@ -4,14 +4,18 @@
 #   0. bench_core (the allocator core alone, thread scaling on this machine's CPUs);
 #   1. bench_alloc (tests/bench/bench_alloc.c, built -cudart shared and static): raw cudaMalloc,
 #      raw cudaMallocAsync on a pool with an unlimited release threshold, and both under the
-#      preload (default and immediate-reuse modes), per size and for the mixed workload;
+#      preload (default and immediate-reuse modes, runtime and driver hooks), per size and for the
+#      mixed workload, ending with issue 15's table (one row per path);
+#   1b. bench_threads (tests/bench/bench_threads.c, the same source the tests build against the
+#      fake): issue 15's thread table, 64 KiB pairs at 1, 8 and 16 threads, each on its own stream;
 #   2. torch.empty/del from Python: PyTorch's caching allocator vs PYTORCH_NO_CUDA_MEMORY_CACHING=1
 #      under the preload (and, as a floor, without any cache);
 #   3. torch_workloads.py end to end: native, expandable_segments:True, backend:cudaMallocAsync, ours;
 #   4. one table of ratios, last.
 # About 5-7 minutes on an H100; every step is time-boxed and the table is printed regardless.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS, NVCC, PYTHON.
+# Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS, NVCC, PYTHON,
+# GPU_BENCH_TORCH=0 (leave out steps 2 and 3: the C tables alone take about a minute).
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
@@ -22,7 +26,8 @@ cci_find_nvcc || exit 1
 cci_gpu_banner
 cci_build_preload || exit 1
 cci_nvcc bench_alloc tests/bench/bench_alloc.c tests/bench || exit 1
-cci_say "built bench_alloc (shared and static)"
+cci_nvcc bench_threads tests/bench/bench_threads.c tests/bench || exit 1
+cci_say "built bench_alloc and bench_threads (shared and static)"
 
 # ---- 0. the core alone, on this machine's CPUs (thread scaling needs more cores than a laptop) ----
 if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/core/libccicore.a &&
@@ -39,6 +44,14 @@ cci_run 200 "$OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --preloa
 sed -n '/^bench_alloc on the GPU/,$p' "$OUT/bench_alloc.txt"
 cci_say "bench_alloc done"
 
+# ---- 1b. thread scaling ------------------------------------------------------------------------
+cci_run 150 "$OUT/bench_threads.txt" "$PYTHON" tests/bench/thread_table.py --gpu --preload "$CCI_PRELOAD" \
+    --exe "$CCI_BIN/bench_threads.shared" --exe-static "$CCI_BIN/bench_threads.static" \
+    --log-dir "$OUT/bench_threads" --json-out "$OUT/bench_threads.json" --title "bench_threads on the GPU" || status=1
+sed -n '/^bench_threads on the GPU/,$p' "$OUT/bench_threads.txt"
+cci_say "bench_threads done"
+
+if [[ ${GPU_BENCH_TORCH:-1} != 0 ]]; then
 # ---- 2. torch.empty/del ----------------------------------------------------------------------
 cci_run 60 "$OUT/torch_loop-native.log" "$PYTHON" tests/bench/torch_loop.py "PyTorch caching allocator" || status=1
 cci_run 60 "$OUT/torch_loop-ours.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" \
@@ -66,6 +79,9 @@ if cci_find_workloads; then
     done
 else
     status=1
+fi
+else
+    cci_say "GPU_BENCH_TORCH=0: torch steps left out"
 fi
 
 # ---- 4. the ratios -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ Configurations (each a separate process, in this order, so all share the machine
   ours immediate   the same with CCI_ALLOC_CONF=immediate_reuse:True
   ours async       cudaMallocAsync+cudaFreeAsync under the preload
 With --exe-static also: the static-cudart build raw and under the preload (whose hooks a static
-cudart does not reach until driver-level interception exists: "served 0" is expected there).
+cudart reaches only through the driver-level hooks), and the static build's async pair under the preload.
 """
 import argparse
 import json
@@ -74,6 +74,26 @@ def run_config(label, exe, api, preload, env_extra, args, log_dir):
     return res
 
 
+# Issue 15's table: one row per path, sizes across. (row name, configuration label)
+ISSUE_ROWS = [("raw cudaMalloc+cudaFree", "raw malloc"),
+              ("raw cudaMallocAsync+cudaFreeAsync", "raw async"),
+              ("ours default, runtime hooks", "ours default"),
+              ("ours default, driver hooks (static)", "static ours default"),
+              ("ours immediate_reuse, runtime hooks", "ours immediate"),
+              ("ours async pair, runtime hooks", "ours async"),
+              ("ours async pair, driver hooks (static)", "static ours async")]
+ISSUE_SIZES = [512, 1 << 20, 20 << 20, 256 << 20]
+
+
+def issue_table(title, med, mixed):
+    """Prints issue 15's layout from the same results; a configuration not run shows '-'."""
+    print(f"\n{title}, issue 15's layout: median ns per pair (mixed: ns/op)")
+    print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>10}" for s in ISSUE_SIZES) + f"{'mixed':>10}")
+    for name, label in ISSUE_ROWS:
+        print(f"{name:<40}" + "".join(f"{fmt_ns(med(label, s)):>10}" for s in ISSUE_SIZES)
+              + f"{fmt_ns(mixed(label)):>10}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preload", required=True)
@@ -102,7 +122,8 @@ def main():
     if args.exe_static:
         plan += [("static raw malloc", args.exe_static, "malloc", False, {}),
                  ("static raw async", args.exe_static, "async", False, {}),
-                 ("static ours default", args.exe_static, "malloc", True, {})]
+                 ("static ours default", args.exe_static, "malloc", True, {}),
+                 ("static ours async", args.exe_static, "async", True, {})]
     results = {label: run_config(label, exe, api, pre, env, args, args.log_dir)
                for label, exe, api, pre, env in plan if label not in args.skip}
 
@@ -142,6 +163,7 @@ def main():
         print(f"static-cudart build: raw malloc 1 MiB {fmt_ns(med('static raw malloc', 1 << 20))}, "
               f"raw async {fmt_ns(med('static raw async', 1 << 20))}, under the preload "
               f"{fmt_ns(med('static ours default', 1 << 20))} (preload served {served} allocations)")
+    issue_table(args.title, med, mixed)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"title": args.title, "results": results, "table": summary, "problems": problems}, f,
