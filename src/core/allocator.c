@@ -604,6 +604,8 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         b = take_after_fences(a, rounded, small, stream);
     if (!b && pending_batch_full(a, rounded) && sync_pending(a))
         b = take_free_block(a, rounded, small, stream);
+    if (!b && a->fences)  // another stream's whole free segment, once its fence passed
+        b = cci__stream_handover(a, rounded, small, stream);
     int new_segment = 0;
     if (!b) {
         if (a->cfg.gc_threshold > 0)

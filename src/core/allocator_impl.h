@@ -79,6 +79,7 @@ struct cci_allocator {
     cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
     size_t fenced_count;                  // blocks in the open and the closed batches
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
+    uint64_t stream_handovers;            // whole free segments given to another stream (stream_handover.c)
 
     // Per-thread caches (tcache.c).
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
@@ -128,6 +129,10 @@ void cci__fenced_tick(cci_allocator *a);
 int cci__fenced_drain(cci_allocator *a);
 /// Forgets every batch; release_fences = 0 leaves the backend's handles alone (fork child).
 void cci__fenced_destroy(cci_allocator *a, int release_fences);
+/// At a pool miss, before a new segment is reserved: the smallest whole free ordinary segment of
+/// another stream that fits, given to `stream` once a fence recorded on its old stream has passed
+/// (waited for, lock held, if it has not). Its one block, out of the free set; NULL when none.
+cci_block *cci__stream_handover(cci_allocator *a, size_t rounded, int small, uint64_t stream);
 cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p);
 // Segment bookkeeping and block records, shared with expandable.c.
 int cci__seg_grow(cci_allocator *a);

@@ -14,13 +14,17 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ccreplay [--conf STR] [--capacity SIZE] [--json] TRACE\n"
+            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N] [--json] TRACE\n"
             "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
             "  --conf      allocator configuration, CCI_ALLOC_CONF grammar (default: PyTorch's defaults)\n"
             "  --capacity  simulated device size, e.g. 80G, 512M, 1048576; allocations past it count as\n"
             "              OOMs (default: unlimited)\n"
+            "  --fenced-lag  replay every free as a fenced free (the preload's rule once the program has\n"
+            "              created a stream) on a simulated device whose fences pass N fence records after\n"
+            "              they were recorded (0: a device that keeps up with the host); the output adds\n"
+            "              the fences recorded and the host waits (ignored under immediate_reuse)\n"
             "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
             "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
@@ -69,25 +73,30 @@ __attribute__((format(printf, 1, 2))) static int bad(const char *fmt, ...)
     return 2;
 }
 
-static void print_json(const cci_trace *t, const cci_replay_result *r, double secs)
+static void print_json(const cci_trace *t, const cci_replay_result *r, const cci_replay_opts *o, double secs)
 {
     double ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
     printf("{\"format\": \"%s\", \"events\": %llu, \"peak_allocated_bytes\": %llu, \"peak_reserved_bytes\": "
            "%llu, "
            "\"reserved_to_allocated\": %.4f, \"num_device_alloc\": %llu, \"num_ooms\": %llu, "
            "\"num_alloc_retries\": %llu, \"unmatched_frees\": %llu, \"failed_allocs\": %llu, "
-           "\"trace_ooms\": %llu, \"missing_events\": %llu, \"truncated_bytes\": %llu, \"replay_seconds\": "
-           "%.6f}\n",
+           "\"trace_ooms\": %llu, \"missing_events\": %llu, \"truncated_bytes\": %llu, ",
            t->format, (unsigned long long)r->events, (unsigned long long)r->peak_allocated,
            (unsigned long long)r->peak_reserved, ratio, (unsigned long long)r->num_device_alloc,
            (unsigned long long)r->num_ooms, (unsigned long long)r->num_alloc_retries,
            (unsigned long long)r->unmatched_frees, (unsigned long long)r->failed_allocs,
            (unsigned long long)t->recorded_ooms, (unsigned long long)t->missing_events,
-           (unsigned long long)t->truncated_bytes, secs);
+           (unsigned long long)t->truncated_bytes);
+    if (o->fenced)
+        printf("\"fence_lag\": %llu, \"num_fence_records\": %llu, \"num_fence_waits\": %llu, "
+               "\"num_blocking_waits\": %llu, ",
+               (unsigned long long)o->fence_lag, (unsigned long long)r->num_fence_records,
+               (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
+    printf("\"replay_seconds\": %.6f}\n", secs);
 }
 
 static void print_text(const char *path, const char *conf, size_t capacity, const cci_trace *t,
-                       const cci_replay_result *r, double secs)
+                       const cci_replay_result *r, const cci_replay_opts *o, double secs)
 {
     double ratio = r->peak_allocated ? (double)r->peak_reserved / (double)r->peak_allocated : 0;
     printf("trace               %s (%s)\n", path, t->format);
@@ -106,9 +115,14 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("device allocations  %llu\n", (unsigned long long)r->num_device_alloc);
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
-    if (r->stats.num_fence_records)  // fenced frees replayed (device 0's figures)
-        printf("fences              %llu recorded, the host waited %llu times\n",
-               (unsigned long long)r->stats.num_fence_records, (unsigned long long)r->stats.num_fence_waits);
+    if (o->fenced)
+        printf("fenced frees        fences pass %llu fence record%s late\n", (unsigned long long)o->fence_lag,
+               o->fence_lag == 1 ? "" : "s");
+    if (r->num_fence_records || o->fenced)  // fenced frees replayed
+        printf("fences              %llu recorded, the host waited %llu times (%llu for a fence not yet "
+               "passed)\n",
+               (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
+               (unsigned long long)r->num_blocking_waits);
     if (t->recorded_ooms)
         printf("OOMs in the trace   %llu (replayed as allocation attempts, freed at once if they succeed)\n",
                (unsigned long long)t->recorded_ooms);
@@ -122,6 +136,7 @@ int main(int argc, char **argv)
     const char *conf = NULL, *path = NULL;
     size_t capacity = 0;
     int json = 0, sweep = 0, jobs = 0;
+    cci_replay_opts opts = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char opt[32];
@@ -133,7 +148,8 @@ int main(int argc, char **argv)
             a = opt;
             val = eq + 1;
         }
-        int takes = !strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--jobs");
+        int takes = !strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--jobs") ||
+                    !strcmp(a, "--fenced-lag");
         if (takes && !val) {
             if (i + 1 >= argc)
                 return bad("%s needs a value", a);
@@ -152,6 +168,13 @@ int main(int argc, char **argv)
             if (end == val || *end || j < 1 || j > 1024)
                 return bad("--jobs: '%s' is not a number of threads from 1 to 1024", val);
             jobs = (int)j;
+        } else if (!strcmp(a, "--fenced-lag")) {
+            char *end;
+            unsigned long long lag = strtoull(val, &end, 10);
+            if (end == val || *end || *val < '0' || *val > '9' || lag > 1000000000ull)
+                return bad("--fenced-lag: '%s' is not a number of fence records from 0 to 1000000000", val);
+            opts.fenced = 1;
+            opts.fence_lag = lag;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--sweep")) {
@@ -171,6 +194,8 @@ int main(int argc, char **argv)
     }
     if (sweep && conf)
         return bad("%s cannot be combined with --sweep", "--conf");
+    if (sweep && opts.fenced)
+        return bad("%s cannot be combined with --sweep", "--fenced-lag");
     if (jobs && !sweep)
         return bad("%s only applies to --sweep", "--jobs");
 
@@ -223,7 +248,7 @@ int main(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cci_replay_result r;
-    int rc = cci_replay(&t, &cfg, capacity, &r);
+    int rc = cci_replay_opts_until(&t, &cfg, capacity, &opts, NULL, &r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc != 0) {
         cci_trace_free(&t);
@@ -232,9 +257,9 @@ int main(int argc, char **argv)
     }
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (json)
-        print_json(&t, &r, secs);
+        print_json(&t, &r, &opts, secs);
     else
-        print_text(path, conf, capacity, &t, &r, secs);
+        print_text(path, conf, capacity, &t, &r, &opts, secs);
     cci_trace_free(&t);
     return 0;
 }

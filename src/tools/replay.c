@@ -87,6 +87,18 @@ static int map_take(addr_map *m, uint64_t key, uint64_t *val)
 // The deadline is looked at every this many events: a clock read costs ~20 ns, an event ~200 ns.
 #define DEADLINE_EVERY 4096
 
+// Fenced replays measure the device's lag in allocations: before each allocation the simulated
+// device's clock, which advances at every fence record, is moved on by one fence of our own. The
+// allocator's own records then add only a few ticks, so policies that record fences more often are
+// not flattered by a device that seems to run faster.
+static void device_tick(cci_sim_device *sim)
+{
+    cci_backend be = cci_sim_backend(sim);
+    cci_fence f;
+    if (be.ops->fence->record(be.ctx, 0, CCI_STREAM_ALL, &f) == CCI_OK)
+        be.ops->fence->release(be.ctx, 0, f);
+}
+
 static int past(const struct timespec *deadline)
 {
     struct timespec now;
@@ -102,7 +114,14 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
 int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity, const struct timespec *deadline,
                      cci_replay_result *res)
 {
+    return cci_replay_opts_until(t, cfg, capacity, NULL, deadline, res);
+}
+
+int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
+                          const cci_replay_opts *opts, const struct timespec *deadline, cci_replay_result *res)
+{
     memset(res, 0, sizeof *res);
+    int fenced = opts && opts->fenced && !cfg->immediate_reuse;
     cci_sim_device *sims[MAX_DEVICES] = {0};
     cci_allocator *allocs[MAX_DEVICES] = {0};
     addr_map map = {0};
@@ -117,6 +136,8 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
         uint32_t d = e->device % MAX_DEVICES;
         if (!allocs[d]) {
             sims[d] = cci_sim_create(cap);
+            if (sims[d] && fenced)
+                cci_sim_set_fence_lag(sims[d], opts->fence_lag);
             allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
             if (!allocs[d]) {
                 rc = -1;
@@ -129,6 +150,8 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
         case CCI_EV_ALLOC: {
             uintptr_t p = 0;
             res->allocs++;
+            if (fenced)
+                device_tick(sims[d]);
             if (cci_malloc(allocs[d], e->size, e->stream, &p) != CCI_OK) {
                 res->failed_allocs++;
                 break;
@@ -147,6 +170,12 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
             if (!t->policy_frees || at_once || !map_take(&map, map_key(d, e->addr), &ours))
                 break;
             res->frees++;
+            if (fenced) {  // the allocator decides when the device has passed the free
+                cci_free(allocs[d], ours, e->stream, CCI_FREE_FENCED);
+                if (map_put(&map, map_key(d, e->addr), PENDING) != 0)
+                    rc = -1;
+                break;
+            }
             if (e->free_mode == CCI_FREE_FENCED && !cfg->immediate_reuse) {
                 // A fenced free completed when the device had passed its fence: a fact of the
                 // run, not of the configuration. Freed now, reusable at its recorded
@@ -173,7 +202,7 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
                 break;
             }
             res->frees++;
-            cci_free(allocs[d], ours, e->stream, CCI_FREE_NOW);
+            cci_free(allocs[d], ours, e->stream, fenced ? CCI_FREE_FENCED : CCI_FREE_NOW);
             break;
         case CCI_EV_OOM: {
             // The recorded run tried and failed: try too, so that at the recorded capacity the
@@ -200,6 +229,11 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
         res->num_device_alloc += st.num_device_alloc;
         res->num_ooms += st.num_ooms;
         res->num_alloc_retries += st.num_alloc_retries;
+        res->num_fence_records += st.num_fence_records;
+        res->num_fence_waits += st.num_fence_waits;
+        uint64_t records, blocking, live;
+        cci_sim_fence_counts(sims[d], &records, &blocking, &live);
+        res->num_blocking_waits += blocking;
         cci_allocator_destroy(allocs[d], 1);
         cci_sim_destroy(sims[d]);
     }

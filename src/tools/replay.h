@@ -22,7 +22,22 @@ typedef struct cci_replay_result {
     uint64_t num_device_alloc;
     uint64_t num_ooms;
     uint64_t num_alloc_retries;
+    uint64_t num_fence_records;  ///< fences the allocators recorded (summed over devices)
+    uint64_t num_fence_waits;    ///< times the allocators waited for a fence (summed over devices)
+    uint64_t num_blocking_waits; ///< of those, waits for a fence the simulated device had not yet
+                                 ///< passed: the ones that would stall a real host
 } cci_replay_result;
+
+/// How frees are replayed. The default (all zero) keeps the program's own stream semantics.
+typedef struct cci_replay_opts {
+    /// 1: every free is replayed as CCI_FREE_FENCED (the preload's rule once a program has created
+    /// a stream) at the moment the default replay would make the block reusable, on simulated
+    /// devices that run `fence_lag` allocations behind the host: a fence passes once that many
+    /// allocations (plus the allocator's own fence records) have been replayed after it. Lag 0 is
+    /// a device that keeps up with the host. Ignored under immediate_reuse.
+    int fenced;
+    uint64_t fence_lag;
+} cci_replay_opts;
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
 /// bytes (0 = unlimited). The program's stream semantics are kept: a block becomes reusable at
@@ -35,5 +50,8 @@ int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_r
 /// 1, with the figures of the events replayed until then (so only a lower bound on the peaks).
 int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity, const struct timespec *deadline,
                      cci_replay_result *res);
+/// The same with replay options (NULL: the defaults).
+int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
+                          const cci_replay_opts *opts, const struct timespec *deadline, cci_replay_result *res);
 
 #endif

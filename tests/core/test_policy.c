@@ -288,7 +288,9 @@ static void test_deferred(void)
                8 * MiB, "cross-stream free stays pending");
     uintptr_t on2 = 0;
     cci_malloc(f.a, 8 * MiB, 2, &on2);
-    CHECK(on2 != on1, "stream 2 never gets stream 1's block");
+    // Issue 12: stream 2 may get stream 1's memory, but only as a whole free segment handed over
+    // after a fence on stream 1 passed (stream_handover.c), never a block of a live segment.
+    CHECK(on2 != on1 || f.a->stream_handovers == 1, "stream 2 gets stream 1's block only by a handover");
     done(&f);
 }
 

@@ -200,6 +200,29 @@ static outcome free_async_then_malloc(void)
     return o;
 }
 
+// cudaFreeAsync(p, a) with a late write still queued on a; then cudaMallocAsync on b of the same
+// size. b may take a's whole free segment (stream_handover.c), but only after a fence on a has
+// passed: the new owner's data must survive the late write.
+static outcome free_async_then_other_stream(void)
+{
+    cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMallocAsync(&p, N, a));
+    CUDA_OK(fakecuda_stream_hold(a, 1));
+    late_write(p, a);
+    CUDA_OK(cudaFreeAsync(p, a));
+    CUDA_OK(cudaMallocAsync(&q, N, b));
+    new_owner_writes(q, b);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(fakecuda_stream_hold(a, 0));
+    CUDA_OK(cudaFreeAsync(q, b));
+    CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
 // A graph whose captured work writes p, launched on a (held), p freed right after the launch.
 static outcome graph_launch(void)
 {
@@ -274,6 +297,7 @@ static const struct {
     {"driver-stream", driver_stream},
     {"per-thread-streams", per_thread_streams},
     {"free-async-then-malloc", free_async_then_malloc},
+    {"free-async-then-other-stream", free_async_then_other_stream},
     {"graph-launch", graph_launch},
     {"many-in-flight", many_in_flight},
 };

@@ -9,6 +9,7 @@
 #define N ((size_t)256 << 10)
 
 static void *a_block;
+static int b_took_a_block;  // thread B got A's segment by a handover (set before `allocated`)
 static pthread_barrier_t freed, allocated;
 
 static void *thread_a(void *arg)
@@ -21,7 +22,7 @@ static void *thread_a(void *arg)
     pthread_barrier_wait(&freed);
     pthread_barrier_wait(&allocated);
     CUDA_OK(cudaMallocAsync_ptsz(&again, N, 0));
-    CHECK(again == p, "thread A gets its block back at once on its own per-thread stream");
+    CHECK(again == p || b_took_a_block, "thread A gets its block back at once on its own per-thread stream");
     fakecuda_delayed_fill(again, 0x11, N, cudaStreamPerThread, 0);
     CUDA_OK(cudaStreamSynchronize(cudaStreamPerThread));
     CHECK(ptest_all_bytes(again, N, 0x11), "thread A's stream-ordered write lands after the old work");
@@ -34,7 +35,11 @@ static void *thread_b(void *arg)
     pthread_barrier_wait(&freed);
     void *q;
     CUDA_OK(cudaMallocAsync_ptsz(&q, N, 0));
-    CHECK(q != a_block, "thread B does not get the block thread A freed on its per-thread stream");
+    // Issue 12: another stream may take a whole free segment once a fence on the old stream has
+    // passed (src/core/stream_handover.c). So B gets A's block only after A's slow write landed.
+    CHECK(q != a_block || ptest_all_bytes(q, N, 0xAA),
+          "thread B does not get the block thread A freed on its per-thread stream before A's write ran");
+    b_took_a_block = q == a_block;
     ptest_fill(q, N, 42);
     pthread_barrier_wait(&allocated);
     CUDA_OK(cudaDeviceSynchronize());

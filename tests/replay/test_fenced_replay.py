@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""ccreplay --fenced-lag on the shared PyTorch snapshots: every free replayed as a fenced free on a
+simulated device that runs N allocations behind the host.
+
+usage: test_fenced_replay.py CCREPLAY TRACES_DIR
+Skipped (77) when TRACES_DIR is absent. What it proves, per trace:
+  - lag 0 (a device that keeps up): fences are recorded, the host never waits for a fence that has
+    not passed, and the peak stays within 30 % of immediate reuse (blocks in the open batch, not
+    yet behind a fence, are what separates the two: docs/reuse-modes.md has the table);
+  - a device far behind (lag 1000000): the host does wait, and the peak is at least immediate
+    reuse's and at least lag 0's (blocks the device has not passed cannot be reused);
+  - immediate_reuse ignores the option: its peak is the plain replay's;
+  - the replay is deterministic: the same figures on a second run.
+Bad values of the option get exit 2 and one line.
+"""
+import json
+import os
+import subprocess
+import sys
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+def replay(ccreplay, *args):
+    p = subprocess.run([ccreplay, "--json", *args], capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, f"ccreplay {args}: exit {p.returncode}: {p.stderr.strip()}")
+    return json.loads(p.stdout) if p.returncode == 0 else {}
+
+
+def bad_values(ccreplay, trace):
+    for args, needle in ((["--fenced-lag", "x"], "--fenced-lag: 'x'"),
+                         (["--fenced-lag", "-1"], "--fenced-lag: '-1'"),
+                         (["--fenced-lag=2000000000"], "--fenced-lag: '2000000000'"),
+                         (["--fenced-lag", "2", "--sweep"], "cannot be combined with --sweep")):
+        p = subprocess.run([ccreplay, *args, trace], capture_output=True, text=True, timeout=60)
+        lines = p.stderr.splitlines()
+        check(p.returncode == 2 and len(lines) == 1 and needle in lines[0] and p.stdout == "",
+              f"{args}: want exit 2 and one line with {needle!r}; got {p.returncode} {p.stderr!r}")
+
+
+def main():
+    ccreplay, traces = sys.argv[1:3]
+    names = ["encoder", "resnet", "seedfrag"]
+    paths = [os.path.join(traces, n + ".pickle.xz") for n in names]
+    if not all(os.path.exists(p) for p in paths):
+        print(f"SKIP: shared traces not found in {traces}")
+        return 77
+    bad_values(ccreplay, paths[2])
+    for name, path in zip(names, paths):
+        imm = replay(ccreplay, path)
+        lag0 = replay(ccreplay, "--fenced-lag", "0", path)
+        far = replay(ccreplay, "--fenced-lag", "1000000", path)
+        again = replay(ccreplay, "--fenced-lag=1000000", path)
+        ignored = replay(ccreplay, "--conf", "immediate_reuse:True", "--fenced-lag", "8", path)
+        if not (imm and lag0 and far and again and ignored):
+            continue
+        print(f"{name}: immediate {imm['peak_reserved_bytes'] >> 20} MiB, fenced lag 0 "
+              f"{lag0['peak_reserved_bytes'] >> 20} MiB, far behind {far['peak_reserved_bytes'] >> 20} MiB "
+              f"({far['num_blocking_waits']} blocking waits)")
+        check(lag0["num_fence_records"] > 0, f"{name}: lag 0 recorded no fence: frees were not fenced")
+        check(lag0["num_blocking_waits"] == 0, f"{name}: lag 0 blocked the host {lag0['num_blocking_waits']} times")
+        check(lag0["peak_reserved_bytes"] <= imm["peak_reserved_bytes"] * 1.3,
+              f"{name}: lag 0 peak {lag0['peak_reserved_bytes']} vs immediate {imm['peak_reserved_bytes']}")
+        check(far["num_blocking_waits"] > 0, f"{name}: a device far behind never made the host wait")
+        check(far["peak_reserved_bytes"] >= imm["peak_reserved_bytes"],
+              f"{name}: far behind {far['peak_reserved_bytes']} < immediate {imm['peak_reserved_bytes']}")
+        check(far["peak_reserved_bytes"] >= lag0["peak_reserved_bytes"],
+              f"{name}: far behind {far['peak_reserved_bytes']} < lag 0 {lag0['peak_reserved_bytes']}")
+        drop = ("replay_seconds",)
+        check({k: v for k, v in far.items() if k not in drop} == {k: v for k, v in again.items() if k not in drop},
+              f"{name}: two fenced replays differ")
+        check(ignored["peak_reserved_bytes"] == replay(ccreplay, "--conf", "immediate_reuse:True", path)
+              .get("peak_reserved_bytes"), f"{name}: immediate_reuse did not ignore --fenced-lag")
+        check("fence_lag" not in imm, f"{name}: a plain replay reports a fence lag")
+    print("FAIL" if failures else "ok", f"({len(failures)} failures)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
