@@ -9,6 +9,7 @@
 #include "tcache.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,17 +21,19 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 #define LOG_EVENTS 256  // events kept for the observers between two stops
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 
-// The statistics a fast path changes: seven per-pool families and the oversize count. A credit
-// is kept for each.
-enum { F_ALLOCATION, F_ALLOCATED_BYTES, F_ACTIVE, F_ACTIVE_BYTES, F_REQUESTED, F_SPLIT, F_SPLIT_BYTES, F_COUNT };
-#define NSTAT (F_COUNT * CCI_POOL_KINDS + 1)
-#define K_OVERSIZE (NSTAT - 1)
+// The statistics a fast path changes, grouped by how they move: a fast path changes the
+// allocation and active counts together, the allocated and active bytes together, and each pool's
+// figure together with the `all` one. Shards and credits are kept per kind (and per pool).
+enum { K_COUNT, K_BYTES, K_REQUESTED, K_SPLIT, K_SPLIT_BYTES, K_OVERSIZE, NKIND };
+#define FAMILIES_PER_KIND 2
 
 typedef struct {
     uint64_t stream;
     size_t size;
     int n;
     cci_block *b[MAG_DEPTH];
+    int8_t split[MAG_DEPTH];        // what each block's free did to the inactive-split blocks
+    int64_t split_bytes[MAG_DEPTH];  // ... and to their bytes (split_on_free)
 } mag_class;
 
 typedef struct {
@@ -43,9 +46,9 @@ typedef struct {
 } tc_event;
 
 typedef struct {
-    int64_t cur;
-    int64_t inc, dec;  // the running totals (cci_stat.allocated / .freed)
-} shard_stat;
+    int64_t cur[NKIND];
+    int64_t inc[NKIND], dec[NKIND];  // the running totals (cci_stat.allocated / .freed)
+} shard_pool;
 
 struct cci_tc {
     _Atomic int gate;
@@ -54,10 +57,11 @@ struct cci_tc {
     mag_class mag[MAG_CLASSES];
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
-    shard_stat shard[NSTAT];   // what the fast paths changed since the last stop
-    int64_t credit[NSTAT];     // how far the fast paths may raise each statistic
+    shard_pool shard[2];                    // what the fast paths changed since the last stop, per pool
+    int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may raise each statistic
     tc_event log[LOG_EVENTS];
     int nlog;
+    int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     uint64_t last_stamp;
 };
 
@@ -66,7 +70,9 @@ struct tls_slot {
     uint64_t uid;
     cci_tc *tc;
 };
-static __thread struct tls_slot slots[TLS_SLOTS];
+// Initial-exec: the preload is loaded at start-up, so this lives in the static TLS block and a
+// fast path reaches it without a __tls_get_addr call.
+static __thread struct tls_slot slots[TLS_SLOTS] __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;  // cache <-> allocator links at exit
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -93,69 +99,81 @@ static uint64_t stamp_now(cci_tc *tc)
     return t;
 }
 
-// ---- the statistics vector -------------------------------------------------------------------
+// ---- the statistics -----------------------------------------------------------------------
 
-static cci_stat *stat_of(cci_stats *st, int k)
+// The families behind each kind (offsets into cci_stats of their per-pool arrays; SIZE_MAX: none).
+#define FAMILY(field) offsetof(cci_stats, field)
+static const size_t kind_family[NKIND][FAMILIES_PER_KIND] = {
+    [K_COUNT] = {FAMILY(allocation), FAMILY(active)},
+    [K_BYTES] = {FAMILY(allocated_bytes), FAMILY(active_bytes)},
+    [K_REQUESTED] = {FAMILY(requested_bytes), SIZE_MAX},
+    [K_SPLIT] = {FAMILY(inactive_split), SIZE_MAX},
+    [K_SPLIT_BYTES] = {FAMILY(inactive_split_bytes), SIZE_MAX},
+    [K_OVERSIZE] = {SIZE_MAX, SIZE_MAX},  // a single statistic, not per pool: handled apart
+};
+
+static cci_stat *family_stat(cci_stats *st, size_t family, int pool)
 {
-    if (k == K_OVERSIZE)
-        return &st->oversize_allocations;
-    int pool = k % CCI_POOL_KINDS;
-    switch (k / CCI_POOL_KINDS) {
-    case F_ALLOCATION: return &st->allocation[pool];
-    case F_ALLOCATED_BYTES: return &st->allocated_bytes[pool];
-    case F_ACTIVE: return &st->active[pool];
-    case F_ACTIVE_BYTES: return &st->active_bytes[pool];
-    case F_REQUESTED: return &st->requested_bytes[pool];
-    case F_SPLIT: return &st->inactive_split[pool];
-    default: return &st->inactive_split_bytes[pool];
-    }
+    return (cci_stat *)((char *)st + family) + pool;
+}
+
+static cci_stat *kind_stat(cci_stats *st, int kind, int f, int pool)
+{
+    if (kind == K_OVERSIZE)
+        return f == 0 && pool == CCI_POOL_ALL ? &st->oversize_allocations : NULL;
+    size_t family = kind_family[kind][f];
+    return family == SIZE_MAX ? NULL : family_stat(st, family, pool);
 }
 
 typedef struct {
-    int n;
-    int k[2 * F_COUNT + 1];
-    int64_t d[2 * F_COUNT + 1];
+    int pool;  // CCI_POOL_SMALL or CCI_POOL_LARGE
+    int64_t d[NKIND];
 } delta;
 
-static void delta_put(delta *v, int family, int pool, int64_t d)
+// What handing out `b` (sign +1, for `requested` bytes) or taking it back (sign -1) changes; the
+// inactive split blocks change by `split` and `split_bytes` (split_on_free).
+static void delta_of(const cci_allocator *a, const cci_block *b, size_t requested, int sign, int split,
+                     int64_t split_bytes, delta *v)
 {
-    if (!d)
-        return;
-    for (int p = 0; p < 2; p++) {
-        v->k[v->n] = family * CCI_POOL_KINDS + (p ? pool : CCI_POOL_ALL);
-        v->d[v->n++] = d;
-    }
+    v->pool = b->small ? CCI_POOL_SMALL : CCI_POOL_LARGE;
+    v->d[K_COUNT] = sign;
+    v->d[K_BYTES] = (int64_t)b->size * sign;
+    v->d[K_REQUESTED] = (int64_t)requested * sign;
+    v->d[K_SPLIT] = split;
+    v->d[K_SPLIT_BYTES] = split_bytes;
+    v->d[K_OVERSIZE] = b->size >= a->cfg.max_split_size ? sign : 0;
 }
 
-// What handing out `b` (sign +1, for `requested` bytes) or taking it back (sign -1) changes, as
-// the locked path would count it: a block of a split segment leaves (or joins) the inactive split
-// blocks. A cached block is not merged with its free neighbours until the next stop, so while it
-// waits the inactive-split block count may read higher than a merge would leave it (the bytes are
-// the same either way).
-static void delta_of(const cci_allocator *a, const cci_block *b, size_t requested, int sign, delta *v)
+// What freeing `b` does to the inactive split blocks, as the locked path counts it after merging
+// b with its free neighbours (a cached neighbour is free for the program: it merges at the next
+// stop). The merged block is inactive split unless it spans its whole segment; the free
+// neighbours it absorbed were. Neighbour states change only under the lock, or between ALLOCATED
+// and CACHED in their own thread's fast path: hence the relaxed atomic reads; their links change
+// only under the lock.
+static int is_free_for_program(const cci_block *n)
 {
-    int pool = b->small ? CCI_POOL_SMALL : CCI_POOL_LARGE;
-    int64_t s = (int64_t)b->size * sign;
-    v->n = 0;
-    delta_put(v, F_ALLOCATION, pool, sign);
-    delta_put(v, F_ALLOCATED_BYTES, pool, s);
-    delta_put(v, F_ACTIVE, pool, sign);
-    delta_put(v, F_ACTIVE_BYTES, pool, s);
-    delta_put(v, F_REQUESTED, pool, (int64_t)requested * sign);
-    if (b->prev || b->next) {
-        delta_put(v, F_SPLIT, pool, -sign);
-        delta_put(v, F_SPLIT_BYTES, pool, -s);
-    }
-    if (b->size >= a->cfg.max_split_size) {
-        v->k[v->n] = K_OVERSIZE;
-        v->d[v->n++] = sign;
-    }
+    int st = __atomic_load_n(&n->state, __ATOMIC_RELAXED);
+    return st == BLOCK_FREE || st == BLOCK_CACHED;
+}
+
+static void split_on_free(const cci_block *b, int *count, int64_t *bytes)
+{
+    *count = 0;
+    *bytes = 0;
+    if (!b->prev && !b->next)
+        return;
+    const cci_block *p = b->prev && is_free_for_program(b->prev) ? b->prev : NULL;
+    const cci_block *n = b->next && is_free_for_program(b->next) ? b->next : NULL;
+    int whole = (p ? !p->prev : !b->prev) && (n ? !n->next : !b->next);
+    *count = (whole ? 0 : 1) - (p != NULL) - (n != NULL);
+    *bytes = (whole ? 0 : (int64_t)b->size + (p ? (int64_t)p->size : 0) + (n ? (int64_t)n->size : 0)) -
+             (p ? (int64_t)p->size : 0) - (n ? (int64_t)n->size : 0);
 }
 
 static int delta_covered(const cci_tc *tc, const delta *v)
 {
-    for (int i = 0; i < v->n; i++)
-        if (v->d[i] > 0 && tc->credit[v->k[i]] < v->d[i])
+    for (int k = 0; k < NKIND; k++)
+        if (v->d[k] > 0 && (tc->credit[CCI_POOL_ALL][k] < v->d[k] || tc->credit[v->pool][k] < v->d[k]))
             return 0;
     return 1;
 }
@@ -164,14 +182,19 @@ static int delta_covered(const cci_tc *tc, const delta *v)
 // the change: an increase spends credit, a decrease earns it (the value moved away from its peak).
 static void delta_apply(cci_tc *tc, const delta *v, int reverse)
 {
-    for (int i = 0; i < v->n; i++) {
-        shard_stat *s = &tc->shard[v->k[i]];
-        int64_t d = reverse ? -v->d[i] : v->d[i];
-        s->cur += d;
-        int64_t mag = v->d[i] > 0 ? v->d[i] : -v->d[i];
-        int64_t *total = v->d[i] > 0 ? &s->inc : &s->dec;
-        *total += reverse ? -mag : mag;
-        tc->credit[v->k[i]] -= d;
+    shard_pool *sh = &tc->shard[v->pool == CCI_POOL_SMALL ? 0 : 1];
+    for (int k = 0; k < NKIND; k++) {
+        int64_t d = v->d[k];
+        if (!d)
+            continue;
+        int64_t signed_d = reverse ? -d : d;
+        sh->cur[k] += signed_d;
+        if (d > 0)
+            sh->inc[k] += reverse ? -d : d;
+        else
+            sh->dec[k] += reverse ? d : -d;
+        tc->credit[CCI_POOL_ALL][k] -= signed_d;
+        tc->credit[v->pool][k] -= signed_d;
     }
 }
 
@@ -362,19 +385,31 @@ static void flush_events(cci_allocator *a)
 // Folds a cache's statistics into the allocator's and returns its magazine blocks to the free set.
 static void empty_cache(cci_allocator *a, cci_tc *tc)
 {
+    if (!tc->dirty)
+        return;
+    tc->dirty = 0;
     // A cached block counts as freed in the shard and as allocated in the allocator's books: the
     // shard takes its free back, and the locked free below counts it once, with its merges.
     for (int c = 0; c < MAG_CLASSES; c++)
         for (int i = 0; i < tc->mag[c].n; i++) {
             delta v;
-            delta_of(a, tc->mag[c].b[i], tc->mag[c].b[i]->requested, -1, &v);
+            delta_of(a, tc->mag[c].b[i], tc->mag[c].b[i]->requested, -1, tc->mag[c].split[i],
+                     tc->mag[c].split_bytes[i], &v);
             delta_apply(tc, &v, 1);
         }
-    for (int k = 0; k < NSTAT; k++) {
-        cci_stat *s = stat_of(&a->st, k);
-        s->current += tc->shard[k].cur;
-        s->allocated += tc->shard[k].inc;
-        s->freed += tc->shard[k].dec;
+    for (int p = 0; p < 2; p++) {
+        const shard_pool *sh = &tc->shard[p];
+        int pools[2] = {CCI_POOL_ALL, p ? CCI_POOL_LARGE : CCI_POOL_SMALL};
+        for (int k = 0; k < NKIND; k++)
+            for (int f = 0; f < FAMILIES_PER_KIND; f++)
+                for (int i = 0; i < 2; i++) {
+                    cci_stat *st = kind_stat(&a->st, k, f, pools[i]);
+                    if (!st)
+                        continue;
+                    st->current += sh->cur[k];
+                    st->allocated += sh->inc[k];
+                    st->freed += sh->dec[k];
+                }
     }
     memset(tc->shard, 0, sizeof tc->shard);
     for (int c = 0; c < MAG_CLASSES; c++) {
@@ -419,21 +454,28 @@ void cci__unlock(cci_allocator *a)
         // Credits: every thread keeps what it has as long as all of them together stay within the
         // distance from the current value to its peak; the calling thread gets what is left.
         cci_tc *mine = my_cache(a);
-        for (int k = 0; k < NSTAT; k++) {
-            const cci_stat *s = stat_of(&a->st, k);
-            int64_t room = s->peak - s->current;
-            for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-                if (tc == mine)
-                    continue;
-                if (tc->credit[k] > room)
-                    tc->credit[k] = room;
-                if (tc->credit[k] < 0)
-                    tc->credit[k] = 0;
-                room -= tc->credit[k];
+        for (int pool = 0; pool < CCI_POOL_KINDS; pool++)
+            for (int k = 0; k < NKIND; k++) {
+                // The room under every peak this kind can raise; a kind with no statistic in
+                // this pool (oversize is counted once, for all) is bounded by its `all` credit.
+                int64_t room = INT64_MAX / 4;
+                for (int f = 0; f < FAMILIES_PER_KIND; f++) {
+                    const cci_stat *st = kind_stat(&a->st, k, f, pool);
+                    if (st && st->peak - st->current < room)
+                        room = st->peak - st->current;
+                }
+                for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+                    if (tc == mine)
+                        continue;
+                    if (tc->credit[pool][k] > room)
+                        tc->credit[pool][k] = room;
+                    if (tc->credit[pool][k] < 0)
+                        tc->credit[pool][k] = 0;
+                    room -= tc->credit[pool][k];
+                }
+                if (mine)
+                    mine->credit[pool][k] = room > 0 ? room : 0;
             }
-            if (mine)
-                mine->credit[k] = room > 0 ? room : 0;
-        }
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
             atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
     }
@@ -471,13 +513,14 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
             continue;
         cci_block *b = m->b[m->n - 1];
         delta v;
-        delta_of(a, b, requested, +1, &v);
+        delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
         if (!delta_covered(tc, &v) || (a->nobs && tc->nlog > LOG_EVENTS - 1))
             break;
         m->n--;
         delta_apply(tc, &v, 0);
-        b->state = BLOCK_ALLOCATED;
+        __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
         b->requested = requested;
+        tc->dirty = 1;
         if (a->nobs)
             log_event(tc, CCI_EV_ALLOC, b, requested);
         *out = b->addr;
@@ -505,13 +548,19 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
             if (tc->mag[c].n == 0)
                 m = &tc->mag[c];
         delta v;
-        delta_of(a, b, b->requested, -1, &v);
+        int split;
+        int64_t split_bytes;
+        split_on_free(b, &split, &split_bytes);
+        delta_of(a, b, b->requested, -1, split, split_bytes, &v);
         if (m && delta_covered(tc, &v)) {
             m->size = b->size;
             m->stream = stream;
+            m->split[m->n] = (int8_t)split;
+            m->split_bytes[m->n] = split_bytes;
             m->b[m->n++] = b;
             delta_apply(tc, &v, 0);
-            b->state = BLOCK_CACHED;
+            __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+            tc->dirty = 1;
             if (a->nobs) {
                 log_event(tc, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
                 log_event(tc, CCI_EV_FREE_COMPLETED, b, 0);

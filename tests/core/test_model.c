@@ -98,11 +98,13 @@ static void remove_at(size_t i)
 
 // fence_lag > 0: a third of the frees are fenced, the device completes work that many fence records
 // behind the host, and random completions of a stream or of all of them pass fences early.
-static void run(const char *name, const cci_config *cfg, size_t capacity, uint64_t seed, long ops, uint64_t fence_lag)
+static void run(const char *name, const cci_config *cfg, size_t capacity, uint64_t seed, long ops, uint64_t fence_lag,
+                int thread_cache)
 {
     cci_sim_device *sim = cci_sim_create(capacity);
     cci_sim_set_fence_lag(sim, fence_lag);
     cci_allocator *a = cci_allocator_create(0, cfg, cci_sim_backend(sim));
+    cci_allocator_thread_cache(a, thread_cache);
     nwaiting = 0;
     cci_allocator_add_observer(a, watch_frees, NULL);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -195,18 +197,23 @@ int main(void)
         const char *conf;
         size_t capacity;
         uint64_t fence_lag;
+        int thread_cache;  // the per-thread caches (tcache.h) in front of the lock
     } cases[] = {
-        {"default", "", (size_t)64 << 30, 0},
-        {"default-tight", "", (size_t)3 << 30, 0},
-        {"split-64", "max_split_size_mb:64", (size_t)8 << 30, 0},
-        {"split-24-rounding-0", "max_split_size_mb:24,max_non_split_rounding_mb:0", (size_t)3 << 30, 0},
-        {"roundup-4", "roundup_power2_divisions:4", (size_t)8 << 30, 0},
-        {"roundup-list", "roundup_power2_divisions:[1:2,16:4,>:8]", (size_t)8 << 30, 0},
-        {"gc-fraction", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", (size_t)8 << 30, 0},
-        {"gc-split", "garbage_collection_threshold:0.3,max_split_size_mb:100", (size_t)4 << 30, 0},
-        {"fenced", "", (size_t)64 << 30, 3},
-        {"fenced-tight", "", (size_t)3 << 30, 8},
-        {"fenced-split-gc", "max_split_size_mb:64,garbage_collection_threshold:0.5", (size_t)4 << 30, 2},
+        {"default", "", (size_t)64 << 30, 0, 0},
+        {"default-tight", "", (size_t)3 << 30, 0, 0},
+        {"split-64", "max_split_size_mb:64", (size_t)8 << 30, 0, 0},
+        {"split-24-rounding-0", "max_split_size_mb:24,max_non_split_rounding_mb:0", (size_t)3 << 30, 0, 0},
+        {"roundup-4", "roundup_power2_divisions:4", (size_t)8 << 30, 0, 0},
+        {"roundup-list", "roundup_power2_divisions:[1:2,16:4,>:8]", (size_t)8 << 30, 0, 0},
+        {"gc-fraction", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", (size_t)8 << 30, 0, 0},
+        {"gc-split", "garbage_collection_threshold:0.3,max_split_size_mb:100", (size_t)4 << 30, 0, 0},
+        {"fenced", "", (size_t)64 << 30, 3, 0},
+        {"fenced-tight", "", (size_t)3 << 30, 8, 0},
+        {"fenced-split-gc", "max_split_size_mb:64,garbage_collection_threshold:0.5", (size_t)4 << 30, 2, 0},
+        {"tcache", "", (size_t)64 << 30, 0, 1},
+        {"tcache-tight", "", (size_t)3 << 30, 0, 1},
+        {"tcache-gc-fraction", "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5", (size_t)8 << 30, 0, 1},
+        {"tcache-fenced", "max_split_size_mb:64", (size_t)4 << 30, 2, 1},
     };
     long total = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -218,7 +225,7 @@ int main(void)
             continue;
         }
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            run(cases[c].name, &cfg, cases[c].capacity, seed, ops, cases[c].fence_lag);
+            run(cases[c].name, &cfg, cases[c].capacity, seed, ops, cases[c].fence_lag, cases[c].thread_cache);
             total += ops;
         }
     }

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: MIT
+// The per-thread caches (src/core/tcache.h):
+//   1. exact statistics: one random program run twice, caches on and off; the statistics that do
+//      not depend on which block served a request or when a deferred free completed (block
+//      counts, requested bytes: current, peak and totals) are the same at every checkpoint, and with the caches the observers' event
+//      stream recomputes the statistics' live bytes and peaks exactly (block sizes may differ
+//      between the runs: a block taken whole may exceed the rounded size);
+//   2. the fast path really serves: a same-size free/alloc loop takes the lock only once;
+//   3. threads: eight threads allocating and freeing on their own streams while another reads the
+//      statistics and empties the cache; no two live blocks ever overlap, and the totals agree;
+//   4. a thread that exits with blocks in its magazines gives them back, and its live blocks can
+//      be freed by another thread.
+#include <pthread.h>
+#include <string.h>
+
+#include "allocator.h"
+#include "backend.h"
+#include "config.h"
+#include "testutil.h"
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+// ---- 1. exact statistics -----------------------------------------------------------------------
+
+// What the event stream says, recomputed: live bytes and blocks, and their peaks.
+typedef struct {
+    int64_t bytes, blocks, requested;
+    int64_t peak_bytes, peak_blocks, peak_requested;
+    long events;
+} recount;
+
+static void recount_event(void *ud, const cci_event *ev)
+{
+    recount *r = ud;
+    r->events++;
+    if (ev->kind == CCI_EV_ALLOC) {
+        r->bytes += (int64_t)ev->size;
+        r->blocks++;
+        r->requested += (int64_t)ev->requested;
+        if (r->bytes > r->peak_bytes)
+            r->peak_bytes = r->bytes;
+        if (r->blocks > r->peak_blocks)
+            r->peak_blocks = r->blocks;
+        if (r->requested > r->peak_requested)
+            r->peak_requested = r->requested;
+    } else if (ev->kind == CCI_EV_FREE_REQUESTED) {
+        r->bytes -= (int64_t)ev->size;
+        r->blocks--;
+    }
+}
+
+static int same_stat(const cci_stat *x, const cci_stat *y)
+{
+    return x->current == y->current && x->peak == y->peak && x->allocated == y->allocated && x->freed == y->freed;
+}
+
+#define NLIVE 64
+
+static void exact_statistics(uint64_t seed)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_sim_device *sim[2] = {cci_sim_create((size_t)64 << 30), cci_sim_create((size_t)64 << 30)};
+    cci_allocator *a[2];
+    recount rc[2] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        a[i] = cci_allocator_create(0, &cfg, cci_sim_backend(sim[i]));
+        cci_allocator_thread_cache(a[i], i);  // a[1] has the caches
+        cci_allocator_add_observer(a[i], recount_event, &rc[i]);
+    }
+    uintptr_t live[2][NLIVE];
+    size_t req[NLIVE];
+    int n = 0, mismatches = 0;
+    rng_state = seed;
+    // A few sizes, so that frees and allocations of one size follow each other as in a program's
+    // steady state (the case the caches serve), with random sizes in between.
+    static const size_t sizes[] = {512, 4096, 65536, 1 << 20, 3 << 20, 20 << 20};
+    for (long op = 0; op < 40000; op++) {
+        if (n < NLIVE && (n == 0 || rnd() % 100 < 50)) {
+            size_t sz = rnd() % 4 ? sizes[rnd() % 6] - (size_t)(rnd() % 256) : 1 + (size_t)(rnd() % (8 << 20));
+            for (int i = 0; i < 2; i++)
+                CHECK(cci_malloc(a[i], sz, 0, &live[i][n]) == CCI_OK, "malloc %zu", sz);
+            req[n++] = sz;
+        } else {
+            int k = (int)(rnd() % (uint64_t)n);
+            cci_free_mode mode = rnd() % 8 ? CCI_FREE_NOW : CCI_FREE_DEFERRED;
+            for (int i = 0; i < 2; i++) {
+                CHECK(cci_free(a[i], live[i][k], 0, mode) == CCI_OK, "free");
+                live[i][k] = live[i][n - 1];
+            }
+            req[k] = req[n - 1];
+            n--;
+        }
+        if (op % 97 == 0) {
+            cci_stats st[2];
+            for (int i = 0; i < 2; i++) {
+                st[i].size = sizeof st[i];
+                cci_alloc_stats(a[i], &st[i]);
+            }
+            for (int p = 0; p < CCI_POOL_KINDS; p++) {
+                mismatches += !same_stat(&st[0].allocation[p], &st[1].allocation[p]);
+                mismatches += !same_stat(&st[0].requested_bytes[p], &st[1].requested_bytes[p]);
+            }
+            // The stream the observers saw gives the same figures and peaks as the statistics.
+            CHECK_EQ_U(rc[1].bytes, st[1].allocated_bytes[CCI_POOL_ALL].current, "event stream: live bytes");
+            CHECK_EQ_U(rc[1].peak_bytes, st[1].allocated_bytes[CCI_POOL_ALL].peak, "event stream: peak bytes");
+            CHECK_EQ_U(rc[1].peak_blocks, st[1].allocation[CCI_POOL_ALL].peak, "event stream: peak blocks");
+            char msg[256];
+            CHECK(cci_allocator_check(a[1], msg, sizeof msg) == 0, "invariants: %s", msg);
+        }
+    }
+    CHECK(mismatches == 0, "seed %llu: %d statistics differ between caches on and off",
+          (unsigned long long)seed, mismatches);
+    for (int i = 0; i < 2; i++) {  // a stop: the cached events reach the observers
+        cci_stats st = {.size = sizeof st};
+        cci_alloc_stats(a[i], &st);
+    }
+    CHECK_EQ_U(rc[0].blocks, rc[1].blocks, "as many live blocks in both event streams");
+    CHECK_EQ_U(rc[0].peak_blocks, rc[1].peak_blocks, "the same peak of live blocks in both event streams");
+    CHECK_EQ_U(rc[0].peak_requested, rc[1].peak_requested, "the same requested-bytes peak in both event streams");
+    for (int i = 0; i < 2; i++) {
+        cci_allocator_destroy(a[i], 1);
+        cci_sim_destroy(sim[i]);
+    }
+}
+
+// ---- 2. the fast path serves -----------------------------------------------------------------------
+
+static void counting_observer(void *ud, const cci_event *ev)
+{
+    (void)ev;
+    ++*(long *)ud;
+}
+
+static void fast_path_serves(void)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_sim_device *sim = cci_sim_create((size_t)8 << 30);
+    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
+    cci_allocator_thread_cache(a, 1);
+    long events = 0;
+    cci_allocator_add_observer(a, counting_observer, &events);
+    uintptr_t first = 0, p = 0;
+    int same = 1;
+    for (int i = 0; i < 1000; i++) {
+        CHECK(cci_malloc(a, 70000, 5, &p) == CCI_OK, "malloc");
+        if (i == 0)
+            first = p;
+        same &= p == first;
+        CHECK(cci_free(a, p, 5, CCI_FREE_NOW) == CCI_OK, "free");
+        if (i == 49)  // the lock was taken once: observers heard of the segment and the first block
+            CHECK_EQ_U(events, 2, "after 50 pairs, only the first allocation took the lock");
+    }
+    CHECK(same, "the same block comes back every time");
+    // Observers hear of cached events at the next stop (this statistics read), in order.
+    cci_stats st = {.size = sizeof st};
+    cci_alloc_stats(a, &st);
+    CHECK_EQ_U(events, 1 + 3 * 1000, "every event reached the observers (one segment, 3 per pair)");
+    CHECK_EQ_U(st.allocation[CCI_POOL_ALL].allocated, 1000, "1000 allocations counted");
+    CHECK_EQ_U(st.allocation[CCI_POOL_ALL].current, 0, "none live");
+    CHECK_EQ_U(st.allocated_bytes[CCI_POOL_ALL].peak, 70144, "peak: one block");
+    CHECK_EQ_U(st.num_device_alloc, 1, "one segment");
+    // A free on another stream is never cached: it waits (deferred) as before.
+    CHECK(cci_malloc(a, 70000, 5, &p) == CCI_OK, "malloc");
+    CHECK(cci_free(a, p, 6, CCI_FREE_NOW) == CCI_OK, "free on another stream");
+    uintptr_t q = 0;
+    CHECK(cci_malloc(a, 70000, 5, &q) == CCI_OK && q != p, "a block freed on another stream is not reused at once");
+    CHECK(cci_free(a, q, 5, CCI_FREE_NOW) == CCI_OK, "free");
+    // A double free of a cached block is refused.
+    CHECK(cci_free(a, q, 5, CCI_FREE_NOW) == CCI_EINVAL, "double free of a cached block refused");
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
+// ---- 3. threads ----------------------------------------------------------------------------
+
+#define THREADS 8
+#define RANGES 4096
+
+static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uintptr_t addr;
+    size_t size;
+} ranges[RANGES];
+static int nranges, overlaps;
+
+static void range_add(uintptr_t p, size_t n)
+{
+    pthread_mutex_lock(&ranges_lock);
+    for (int i = 0; i < nranges; i++)
+        if (p < ranges[i].addr + ranges[i].size && ranges[i].addr < p + n)
+            overlaps++;
+    if (nranges < RANGES)
+        ranges[nranges++].addr = p, ranges[nranges - 1].size = n;
+    pthread_mutex_unlock(&ranges_lock);
+}
+
+static void range_remove(uintptr_t p)
+{
+    pthread_mutex_lock(&ranges_lock);
+    for (int i = 0; i < nranges; i++)
+        if (ranges[i].addr == p) {
+            ranges[i] = ranges[--nranges];
+            break;
+        }
+    pthread_mutex_unlock(&ranges_lock);
+}
+
+typedef struct {
+    cci_allocator *a;
+    int id;
+    long ops, failures;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    uint64_t r = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
+    uintptr_t mine[16];
+    int n = 0;
+    for (long i = 0; i < w->ops; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        uint64_t stream = 100 + (uint64_t)w->id;
+        if (n < 16 && (n == 0 || r % 2)) {
+            size_t sz = (size_t)512 << (r >> 8) % 12;
+            if (cci_malloc(w->a, sz, stream, &mine[n]) != CCI_OK) {
+                w->failures++;
+                continue;
+            }
+            range_add(mine[n++], sz);
+        } else {
+            int k = (int)((r >> 16) % (uint64_t)n);
+            range_remove(mine[k]);
+            if (cci_free(w->a, mine[k], stream, CCI_FREE_NOW) != CCI_OK)
+                w->failures++;
+            mine[k] = mine[--n];
+        }
+    }
+    while (n)
+        range_remove(mine[--n]), w->failures += cci_free(w->a, mine[n], 100 + (uint64_t)w->id, CCI_FREE_NOW) != CCI_OK;
+    return NULL;
+}
+
+static void threads(void)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_sim_device *sim = cci_sim_create((size_t)64 << 30);
+    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
+    cci_allocator_thread_cache(a, 1);
+    recount rc = {0};
+    cci_allocator_add_observer(a, recount_event, &rc);
+    pthread_t t[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){a, i, 20000 * t_scale(), 0};
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    cci_stats st = {.size = sizeof st};
+    for (int i = 0; i < 50; i++) {  // readers and flushes meanwhile
+        cci_alloc_stats(a, &st);
+        if (i % 10 == 0)
+            cci_alloc_empty_cache(a);
+    }
+    long failures = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        failures += w[i].failures;
+    }
+    cci_alloc_stats(a, &st);
+    CHECK(failures == 0, "%ld allocator calls failed", failures);
+    CHECK(overlaps == 0, "%d overlaps between live blocks of different threads", overlaps);
+    CHECK_EQ_U(st.allocation[CCI_POOL_ALL].current, 0, "no live block after every thread freed its own");
+    CHECK_EQ_U(st.allocation[CCI_POOL_ALL].allocated, st.allocation[CCI_POOL_ALL].freed, "allocations == frees");
+    CHECK_EQ_U(rc.bytes, 0, "event stream: nothing live");
+    CHECK_EQ_U(rc.peak_bytes, st.allocated_bytes[CCI_POOL_ALL].peak, "event stream peak == statistics peak");
+    char msg[256];
+    CHECK(cci_allocator_check(a, msg, sizeof msg) == 0, "invariants: %s", msg);
+    cci_alloc_empty_cache(a);
+    cci_alloc_stats(a, &st);
+    CHECK_EQ_U(st.reserved_bytes[CCI_POOL_ALL].current, 0, "everything released after the threads ended");
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
+// ---- 4. thread exit ----------------------------------------------------------------------------
+
+typedef struct {
+    cci_allocator *a;
+    uintptr_t kept;
+} exiting;
+
+static void *allocate_and_exit(void *arg)
+{
+    exiting *x = arg;
+    uintptr_t p;
+    for (int i = 0; i < 10; i++) {  // its magazine holds a block when it exits
+        cci_malloc(x->a, 1 << 20, 9, &p);
+        cci_free(x->a, p, 9, CCI_FREE_NOW);
+    }
+    cci_malloc(x->a, 3 << 20, 9, &x->kept);  // and a live block it never frees
+    return NULL;
+}
+
+static void thread_exit(void)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_sim_device *sim = cci_sim_create((size_t)8 << 30);
+    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
+    cci_allocator_thread_cache(a, 1);
+    exiting x = {a, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, allocate_and_exit, &x);
+    pthread_join(t, NULL);
+    cci_stats st = {.size = sizeof st};
+    cci_alloc_stats(a, &st);
+    CHECK_EQ_U(st.allocation[CCI_POOL_ALL].current, 1, "one live block after the thread exited");
+    CHECK(cci_free(a, x.kept, 9, CCI_FREE_NOW) == CCI_OK, "another thread frees the exited thread's block");
+    char msg[256];
+    CHECK(cci_allocator_check(a, msg, sizeof msg) == 0, "invariants: %s", msg);
+    cci_alloc_empty_cache(a);
+    cci_alloc_stats(a, &st);
+    CHECK_EQ_U(st.reserved_bytes[CCI_POOL_ALL].current, 0, "the exited thread's cached block was given back");
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
+int main(void)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++)
+        exact_statistics(seed * 7919);
+    fast_path_serves();
+    threads();
+    thread_exit();
+    return t_finish();
+}
