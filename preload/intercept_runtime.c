@@ -67,17 +67,23 @@ static int runtime_device(int *device)
     return cci_real_rt()->cudaGetDevice(device) == cudaSuccess ? 0 : -1;
 }
 
-// The device whose pool cudaMallocAsync draws from: the stream's. 0 or -1.
-static int stream_device(cudaStream_t s, int *device)
+static int ask_stream_device(cudaStream_t s, int *device)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    if (s == NULL || s == cci_cudaStreamLegacy || s == cci_cudaStreamPerThread)
-        return runtime_device(device);
     cudaError_t rc = rt->cudaStreamGetDevice(s, device);
     // cudaStreamGetDevice is CUDA 12.8+: an older runtime's (stub) answer means "not available".
     if (rc == cudaErrorInitializationError)
         rc = rt->cudaGetDevice(device);
     return rc == cudaSuccess ? 0 : -1;
+}
+
+// The device whose pool cudaMallocAsync draws from: the stream's (remembered per thread,
+// streams.h), or the current device's for a default stream. 0 or -1.
+static int stream_device(cudaStream_t s, int *device)
+{
+    if (s == NULL || s == cci_cudaStreamLegacy || s == cci_cudaStreamPerThread)
+        return current_device(device);
+    return cci_stream_device_cached(s, device, ask_stream_device);
 }
 
 // A serve answer in the runtime's terms: success, or the out-of-memory error left in the

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "settings.h"
 #include "state.h"
+#include "streams.h"
 
 _Atomic int cci__rule_fenced;
 _Thread_local int cci__rule_thread_seen __attribute__((tls_model("initial-exec")));
@@ -135,6 +136,7 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
 {
     if (!s)
         return;
+    cci_streams_forget();  // before the handle can be handed out again
     pthread_mutex_lock(&registry_lock);
     ssize_t i = find_locked(s);
     if (i >= 0) {
@@ -148,6 +150,7 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
 
 void cci_stream_registry_drop_device(int device)
 {
+    cci_streams_forget();
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < nentries;) {
         if (entries[i].device == device)

@@ -34,6 +34,43 @@ uint64_t cci_stream_key(cudaStream_t s, int ptsz)
     return (uint64_t)(uintptr_t)s;
 }
 
+// ---- stream devices -------------------------------------------------------------------------
+
+// Asking the runtime for a stream's device costs a CUDA call on every cudaMallocAsync; the answer
+// never changes while the stream lives. Each thread remembers its last few streams, tagged with
+// the generation of stream destruction they were learnt in.
+#define STREAM_DEVICES 8
+static _Atomic uint64_t stream_generation;
+static _Thread_local struct {
+    cudaStream_t s;
+    int device;
+    uint64_t generation;
+} known[STREAM_DEVICES] __attribute__((tls_model("initial-exec")));
+static _Thread_local unsigned known_next __attribute__((tls_model("initial-exec")));
+
+int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
+{
+    uint64_t gen = atomic_load_explicit(&stream_generation, memory_order_acquire) + 1;  // 0: empty
+    for (int i = 0; i < STREAM_DEVICES; i++) {
+        if (known[i].s == s && known[i].generation == gen) {
+            *device = known[i].device;
+            return 0;
+        }
+    }
+    if (ask(s, device) != 0)
+        return -1;
+    unsigned i = known_next++ % STREAM_DEVICES;
+    known[i].s = s;
+    known[i].device = *device;
+    known[i].generation = gen;
+    return 0;
+}
+
+void cci_streams_forget(void)
+{
+    atomic_fetch_add_explicit(&stream_generation, 1, memory_order_release);
+}
+
 // The stream the real runtime should be asked about, spelled so the plain entry point
 // understands it whichever default stream the caller meant.
 static cudaStream_t explicit_stream(cudaStream_t s, int ptsz)

@@ -37,6 +37,13 @@ cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
                                           cudaStreamCaptureMode m, int ptsz);
 cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz);
 
+/// The device of stream `s` (not a default stream), remembered per thread: asked of `ask` (a
+/// CUDA call) the first time a thread meets the stream, and again only after some stream was
+/// destroyed (a handle may then come back for a stream of another device). 0 or -1 as `ask`.
+int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device));
+/// A stream is about to be destroyed, or a device reset: every thread asks again.
+void cci_streams_forget(void);
+
 /// A fork child has no captures (they belonged to the parent's threads).
 void cci_streams_atfork_child(void);
 
