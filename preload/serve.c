@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 
+#include "addr_map.h"
 #include "callsites.h"
 #include "backend_cuda_vmm.h"
 #include "levels.h"
@@ -14,8 +15,8 @@
 #include "state.h"
 #include "stream_registry.h"
 
-// The device this thread allocated on last: the first allocator a free asks, so a single-device
-// program (and most threads of a multi-device one) finds its block in one lookup. Initial-exec:
+// The device this thread allocated on last: the first allocator a free asks when the address
+// map cannot name the owner (release_by_scan), so most such frees still take one lookup. Initial-exec:
 // the preload is loaded at start-up, so its thread-locals live in the static TLS block and an
 // access costs no __tls_get_addr call on the fast path.
 static _Thread_local int last_device __attribute__((tls_model("initial-exec")));
@@ -70,15 +71,34 @@ cci_free_mode cci_serve_sync_free_mode(void)
     return CCI_FREE_FENCED;
 }
 
-int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
-                      cci_free_mode mode)
+// A free whose owner the address map could not name (a chunk two devices share, or a map that
+// is incomplete): the allocator of the device this thread used last first, then every other.
+static int release_by_scan(uintptr_t p, uint64_t stream, cci_free_mode mode)
 {
+    cci_log(CCI_LOG_DEBUG, "free of %#" PRIxPTR ": the address map cannot name its owner; asking "
+            "each device's allocator", p);
     int hint = last_device;
     cci_allocator *a = cci_state_allocator_peek(hint);
     int rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
     for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
         if (d != hint && (a = cci_state_allocator_peek(d)))
             rc = cci_free(a, p, stream, mode);
+    }
+    return rc;
+}
+
+int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
+                      cci_free_mode mode)
+{
+    // The map names the one allocator that can own p: its "not ours" is final, and memory in no
+    // chunk of ours goes to CUDA without taking any allocator's lock.
+    int owner = cci_addr_map_device(p);
+    int rc;
+    if (__builtin_expect(owner >= 0, 1)) {
+        cci_allocator *a = cci_state_allocator_peek(owner);
+        rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
+    } else {
+        rc = owner == CCI_ADDR_NOT_OURS ? CCI_ENOTOURS : release_by_scan(p, stream, mode);
     }
     if (__builtin_expect(rc == CCI_EINVAL, 0))
         cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): not the start of a live block (double free, "
@@ -90,6 +110,13 @@ int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
 int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                          size_t *segment_size)
 {
+    int owner = cci_addr_map_device(p);
+    if (owner >= 0) {
+        cci_allocator *a = cci_state_allocator_peek(owner);
+        return a ? cci_block_info(a, p, block, block_size, segment, segment_size) : CCI_ENOTOURS;
+    }
+    if (owner == CCI_ADDR_NOT_OURS)
+        return CCI_ENOTOURS;
     int rc = CCI_ENOTOURS;
     for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
         cci_allocator *a = cci_state_allocator_peek(d);

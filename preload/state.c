@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "addr_map.h"
 #include "log.h"
 #include "real.h"
 #include "reporting.h"
@@ -112,6 +113,7 @@ cci_allocator *cci__state_allocator_create(int device)
         if (a) {
             cci_pl_report_attach(device, a);
             attach_trace(a);
+            cci_addr_map_attach(a);  // last: the observers above keep their slots
             cci_allocator_thread_cache(a, cci_settings_get()->thread_cache);
             // The bound first: a free that can see this allocator must also search it.
             if (device >= atomic_load(&device_bound))
