@@ -48,8 +48,9 @@ static inline cci_free_mode cci_serve_stream_free_mode(int stream_capturing)
     return stream_capturing ? CCI_FREE_DEFERRED : CCI_FREE_NOW;
 }
 
-/// Frees `p` in whichever allocator owns it (the one this thread allocated from last is asked
-/// first). CCI_OK; CCI_ENOTOURS: CUDA's memory, the level forwards the call; CCI_EINVAL: inside
+/// Frees `p` in whichever allocator owns it, found in the process-wide address map without a
+/// lock (addr_map.h); only where the map cannot tell, every allocator is asked in turn, the one
+/// this thread allocated from last first. CCI_OK; CCI_ENOTOURS: CUDA's memory, the level forwards the call; CCI_EINVAL: inside
 /// our memory but not a live block's start (double free, interior pointer), after one warning
 /// naming `fn`: the level answers its invalid-value error and the allocator is unchanged.
 int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
@@ -64,7 +65,7 @@ void cci_serve_peer_enabled(int dev, int peer);
 
 // ---- questions about memory ----------------------------------------------------------------
 
-/// Looks `p` up in every allocator (as cci_block_info: CCI_OK, CCI_EINVAL for our free space,
+/// Looks `p` up in the allocator that owns it (the address map; else every allocator) (as cci_block_info: CCI_OK, CCI_EINVAL for our free space,
 /// CCI_ENOTOURS). Outputs may be NULL.
 int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                          size_t *segment_size);
