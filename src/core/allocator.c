@@ -562,6 +562,13 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
         b = take_free_block(a, rounded, small, stream);
     while (!b && cci__fenced_wait_for(a, rounded, small, stream, 0))
         b = take_free_block(a, rounded, small, stream);
+    // [compact] Pages of free blocks anywhere are unmapped and mapped again where the growth
+    // needs them (expandable.c), so pending frees of any shape and stream spare a growth: wait for
+    // the oldest batches while what they hold could cover the request, rather than map new pages
+    // beside memory that is only waiting for its fence.
+    while (!b && a->exp && a->exp->mode == CCI_EXP_COMPACT && a->fb_head &&
+           cci__fenced_pending_bytes(a) >= rounded && cci__fenced_wait_oldest(a))
+        b = take_free_block(a, rounded, small, stream);
     return b;
 }
 

@@ -119,6 +119,11 @@ int cci__fenced_poll(cci_allocator *a);
 /// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`
 /// newest closed batches are not considered (0: all are).
 int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare);
+/// Waits for the oldest closed batch and makes it reusable. 0 when there is none (or the wait
+/// failed: its blocks went to the deferred queue).
+int cci__fenced_wait_oldest(cci_allocator *a);
+/// Bytes in the closed batches still behind their fence.
+size_t cci__fenced_pending_bytes(const cci_allocator *a);
 /// Every FENCE_TICK allocations while fenced frees exist: puts the open batch behind its fence and
 /// makes the batches whose fence has passed reusable, without blocking. Why: a fence recorded
 /// only at the next pool miss covers everything queued up to that miss, so waiting for it is

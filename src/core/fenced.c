@@ -183,6 +183,19 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
     }
 }
 
+size_t cci__fenced_pending_bytes(const cci_allocator *a)
+{
+    size_t n = 0;
+    for (const cci_fence_batch *fb = a->fb_head; fb; fb = fb->next)
+        n += fb->completed ? 0 : fb->bytes;
+    return n;
+}
+
+int cci__fenced_wait_oldest(cci_allocator *a)
+{
+    return a->fb_head ? wait_batch(a, a->fb_head) : 0;
+}
+
 // Would `b` be free once the batches up to the wave-th (oldest first) have passed?
 static int free_by_wave(const cci_block *b, unsigned wave)
 {

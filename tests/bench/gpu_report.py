@@ -69,7 +69,9 @@ def check(out):
     configs = os.environ.get("CONFIGS", "native ours").split()
     bad = []
     print("Workloads: peak reserved and wall time against PyTorch native (same run, same device)")
-    print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'x native':>10}{'seconds':>10}"
+    # x alloc: peak reserved over the peak allocated bytes the same allocator saw (ours: every
+    # cudaMalloc of the process, cuBLAS/cuDNN workspaces included; PyTorch: its own tensors).
+    print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'x native':>10}{'x alloc':>9}{'seconds':>10}"
           f"{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6}")
     for w in WORKLOADS:
         n = workload(out, w, "native")
@@ -94,7 +96,8 @@ def check(out):
             if not match:
                 bad.append(f"{w}/{c}")
             pr, pn = peak_reserved(o, ours), peak_reserved(n, False)
-            print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(div(pr, pn), '.3f'):>10}"
+            pa = (cc if ours else o).get("peak_allocated_mib")
+            print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(div(pr, pn), '.3f'):>10}{f(div(pr, pa), '.3f'):>9}"
                   f"{f(o['seconds'], '.3f'):>10}{f(div(o['seconds'], n['seconds']), '.3f'):>10}"
                   f"  {f(o.get('result_sum'), '.6f'):>22}  {'yes' if match else 'NO':<5}"
                   f"  {f(cc.get('num_sync_all_streams') if ours else None, 'd'):>6}"
