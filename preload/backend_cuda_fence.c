@@ -20,6 +20,7 @@
 // wait() blocks; the core never calls it with the allocator lock held.
 #include "backend_cuda_fence.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -291,7 +292,19 @@ static void fence_release(void *ctx, int device, cci_fence handle)
     fence_free((cuda_fence *)(uintptr_t)handle);
 }
 
+// A record makes one event on each device's legacy stream and one on each non-blocking stream:
+// the live streams bound it (blocking ones are covered by the legacy event, so this overcounts
+// them, which only makes the core more careful).
+static unsigned fence_width(void *ctx, int device)
+{
+    (void)ctx;
+    (void)device;
+    size_t n = 1 + cci_stream_registry_live();
+    return n > UINT_MAX ? UINT_MAX : (unsigned)n;
+}
+
 const cci_backend_fence_ops cci_cuda_fence_ops = {
+    .width = fence_width,
     .record = fence_record,
     .query = fence_query,
     .wait = fence_wait,

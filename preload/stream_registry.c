@@ -94,6 +94,7 @@ typedef struct stream_entry {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static stream_entry *entries;  // live streams, unordered
 static size_t nentries, capacity;
+static _Atomic size_t live_streams;  // nentries, for readers without the lock
 static unsigned long created;
 
 static ssize_t find_locked(CUstream s)
@@ -127,6 +128,7 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
             capacity = want;
         }
         entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags};
+        atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         created++;
     }
     pthread_mutex_unlock(&registry_lock);
@@ -142,6 +144,7 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
     if (i >= 0) {
         stream_entry e = entries[i];
         entries[i] = entries[--nentries];
+        atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         if (retire)
             retire(e.s, e.device);
     }
@@ -158,6 +161,7 @@ void cci_stream_registry_drop_device(int device)
         else
             i++;
     }
+    atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
     pthread_mutex_unlock(&registry_lock);
 }
 
@@ -170,6 +174,11 @@ int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void 
             rc = fn(entries[i].s, entries[i].device, arg);
     pthread_mutex_unlock(&registry_lock);
     return rc;
+}
+
+size_t cci_stream_registry_live(void)
+{
+    return atomic_load_explicit(&live_streams, memory_order_relaxed);
 }
 
 void cci_stream_registry_counts(unsigned long *created_out, unsigned long *live)
@@ -216,6 +225,7 @@ void cci_stream_registry_atfork_child(void)
     pthread_mutex_init(&registry_lock, NULL);
     pthread_mutex_init(&switch_lock, NULL);
     nentries = 0;
+    atomic_store(&live_streams, 0);
     created = 0;
     atomic_store(&cci__rule_fenced, 0);
     atomic_store(&reason, CCI_RULE_ORDERED);

@@ -96,6 +96,8 @@ int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void 
 /// so the fence group refuses to record and the core synchronises the device instead.
 extern _Atomic int cci__stream_registry_incomplete;
 /// Streams created so far (all kinds) and live now.
+/// Live streams registered now (without the lock; a moment's figure).
+size_t cci_stream_registry_live(void);
 void cci_stream_registry_counts(unsigned long *created, unsigned long *live);
 
 /// The exit line (CCI_LOG=info): which rule the run ended under, fences recorded, host waits.

@@ -584,10 +584,11 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
                                                                    size_t rounded, int small, uint64_t stream)
 {
     cci_tree_insert(&a->free_tree[small], b);
-    // Closed batches only: recording the open one's fence would cost an event per stream on every
-    // poor fit, and it could not have passed yet anyway.
+    // The open batch too where a fence is cheap (FENCED_FIT_HARVEST_MAX_WIDTH): its blocks are the
+    // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
     cci_block *c = NULL;
-    if (cci__fenced_poll(a))
+    unsigned width = a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
+    if (width <= FENCED_FIT_HARVEST_MAX_WIDTH ? cci__fenced_harvest(a) : cci__fenced_poll(a))
         c = take_free_block(a, rounded, small, stream);
     while (!c && cci__fenced_wait_for(a, rounded, small, stream, FENCED_FIT_SPARE))
         c = take_free_block(a, rounded, small, stream);

@@ -16,14 +16,26 @@
 #define PENDING_MIN_BYTES ((size_t)64 << 20)
 // Fenced frees: how many allocations pass between fence records and fence queries (fenced.c).
 // Counted in allocations, not time, so that a replay takes the same decisions on every run.
+#ifndef FENCE_TICK  // a build-time override, for policy experiments (docs/reuse-modes.md)
 #define FENCE_TICK 16
+#endif
 // A free block at least this many times the request is a poor fit while fenced frees wait: the
 // pending blocks are looked at first (allocator.c, better_fit_after_fences).
 #define FENCED_FIT_FACTOR 2
 // ... and of the pending blocks, those of the newest batches (recorded within the last
 // FENCED_FIT_SPARE * FENCE_TICK allocations) are not waited for on a poor fit: the device has
 // likely not reached them, and stalling the host there costs wall time.
+#ifndef FENCED_FIT_SPARE
 #define FENCED_FIT_SPARE 2
+#endif
+// On a poor fit, the open batch is put behind its fence too (not only the closed batches polled)
+// when a fence is this cheap: at most this many stream events (the backend's `width`). Measured on
+// the H100 (docs/reuse-modes.md): the encoder (2 events a fence) then peaks within 1.3 % of
+// immediate reuse instead of 3.7 %; DDP on two H200s (133 events a fence) lost 13 % of wall time
+// to it, so there the closed batches are only polled, as before. 0 turns it off.
+#ifndef FENCED_FIT_HARVEST_MAX_WIDTH
+#define FENCED_FIT_HARVEST_MAX_WIDTH 8
+#endif
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {

@@ -78,6 +78,9 @@ typedef struct cci_backend_fence_ops {
     int (*wait)(void *ctx, int device, cci_fence f);
     /// Forgets a fence (passed or not); its handle may be handed out again.
     void (*release)(void *ctx, int device, cci_fence f);
+    /// Optional (NULL: 1): how many stream events one record makes now, the cost of a fence. The
+    /// core records extra fences (on a poor fit) only where they are cheap.
+    unsigned (*width)(void *ctx, int device);
 } cci_backend_fence_ops;
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.

