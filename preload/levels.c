@@ -10,12 +10,23 @@
 _Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
 
 static _Atomic int levels = -1;
-static _Atomic uint64_t served[2];  // [0] runtime level, [1] driver level
+// Allocations served, [0] runtime level, [1] driver level. Counted on every allocation by every
+// thread: one shared counter would be a cache line all threads write, so each thread counts in a
+// shard of its own (threads beyond SERVED_SHARDS share) and readers add the shards up.
+#define SERVED_SHARDS 64
+static struct {
+    _Atomic uint64_t n[2];
+    char pad[64 - 2 * sizeof(uint64_t)];
+} served[SERVED_SHARDS] __attribute__((aligned(64)));
+static _Atomic unsigned next_shard;
+static _Thread_local unsigned my_shard __attribute__((tls_model("initial-exec")));  // 0: none yet
 
 void cci_pl_levels_atfork_child(void)
 {
-    atomic_store(&served[0], 0);
-    atomic_store(&served[1], 0);
+    for (int i = 0; i < SERVED_SHARDS; i++) {
+        atomic_store(&served[i].n[0], 0);
+        atomic_store(&served[i].n[1], 0);
+    }
 }
 
 // The decision state.c makes at the first CUDA call, from the same settings, without its side
@@ -42,15 +53,21 @@ int cci_pl_levels(void)
 
 void cci_pl_count(int level)
 {
-    atomic_fetch_add_explicit(&served[level == CCI_LEVEL_DRIVER], 1, memory_order_relaxed);
+    if (__builtin_expect(!my_shard, 0))
+        my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % SERVED_SHARDS;
+    atomic_fetch_add_explicit(&served[my_shard - 1].n[level == CCI_LEVEL_DRIVER], 1, memory_order_relaxed);
 }
 
 void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver)
 {
+    uint64_t n[2] = {0, 0};
+    for (int i = 0; i < SERVED_SHARDS; i++)
+        for (int l = 0; l < 2; l++)
+            n[l] += atomic_load_explicit(&served[i].n[l], memory_order_relaxed);
     if (runtime)
-        *runtime = atomic_load_explicit(&served[0], memory_order_relaxed);
+        *runtime = n[0];
     if (driver)
-        *driver = atomic_load_explicit(&served[1], memory_order_relaxed);
+        *driver = n[1];
 }
 
 void cci_pl_levels_summary(void)

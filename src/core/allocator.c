@@ -49,6 +49,13 @@ static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->
 void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                       size_t requested)
 {
+    if (a->nobs && !cci__tc_queue_event(a, kind, stream, addr, size, requested))
+        cci__notify_now(a, kind, stream, addr, size, requested);
+}
+
+void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                     size_t requested)
+{
     if (!a->nobs)
         return;
     cci_event ev = {kind, a->device, stream, addr, size, requested};

@@ -47,6 +47,16 @@ typedef struct cci_fence_batch {
     struct cci_fence_batch *next;  // closed batches, oldest first
 } cci_fence_batch;
 
+// An event kept for the observers until the next unlock (tcache.c).
+typedef struct cci_tc_event {
+    uint64_t stamp;
+    uintptr_t addr;
+    size_t size;
+    size_t requested;  // the request for ALLOC, the free mode for FREE_REQUESTED
+    uint64_t stream;
+    int kind;
+} cci_tc_event;
+
 struct cci_allocator {
     pthread_mutex_t lock;
     int device;
@@ -97,6 +107,8 @@ struct cci_allocator {
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
+    cci_tc_event *evq;                    // events of the locked section, told at its unlock
+    size_t nevq, evq_cap;
 };
 
 static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
@@ -158,8 +170,15 @@ void cci__seg_remove(cci_allocator *a, cci_segment *s);
 cci_block *cci__block_new(cci_allocator *a);
 void cci__block_drop(cci_allocator *a, cci_block *b);
 void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size);
+/// Tells the observers, at once when no thread cache exists, else at the unlock (tcache.h).
 void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                       size_t requested);
+/// Tells the observers now.
+void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                     size_t requested);
+/// Queues an event for the unlock while thread caches exist: 1 when queued.
+int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                        size_t requested);
 /// A block a thread cache kept (its events already told) goes back to the free set, counted as
 /// freed now (tcache.c, at a stop).
 void cci__release_cached(cci_allocator *a, cci_block *b);

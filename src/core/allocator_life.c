@@ -107,7 +107,7 @@ void cci_allocator_fork_parent(cci_allocator *a) { cci__unlock(a); }
 void cci_allocator_fork_child(cci_allocator *a)
 {
     // The forking thread took the lock in prepare and is the one thread that exists here.
-    cci__tc_fork_child();
+    cci__tc_fork_child(a);
     pthread_mutex_unlock(&a->lock);
     cci_allocator_destroy(a, 0);
 }

@@ -36,14 +36,7 @@ typedef struct {
     int64_t split_bytes[MAG_DEPTH];  // ... and to their bytes (split_on_free)
 } mag_class;
 
-typedef struct {
-    uint64_t stamp;
-    uintptr_t addr;
-    size_t size;
-    size_t requested;  // the request for ALLOC, the free mode for FREE_REQUESTED
-    uint64_t stream;
-    int kind;
-} tc_event;
+typedef cci_tc_event tc_event;
 
 typedef struct {
     int64_t cur[NKIND];
@@ -59,8 +52,9 @@ struct cci_tc {
     size_t table_cap, table_used;  // used counts tombstones too
     shard_pool shard[2];                    // what the fast paths changed since the last stop, per pool
     int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may raise each statistic
-    tc_event log[LOG_EVENTS];
-    int nlog;
+    tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
+    tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
+    int nlog, nhanded, told;
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     uint64_t last_stamp;
 };
@@ -183,23 +177,34 @@ static int delta_covered(const cci_tc *tc, const delta *v)
     return 1;
 }
 
-// Applies v (reverse = 0) or takes it back exactly, totals included (reverse = 1). Credits follow
-// the change: an increase spends credit, a decrease earns it (the value moved away from its peak).
-static void delta_apply(cci_tc *tc, const delta *v, int reverse)
+// Applies v: the shard moves, its totals grow, and the credits follow (an increase spends credit,
+// a decrease earns it: the value moved away from its peak). Branch-free: it runs twice a pair.
+static void delta_apply(cci_tc *tc, const delta *v)
+{
+    shard_pool *sh = &tc->shard[v->pool == CCI_POOL_SMALL ? 0 : 1];
+    int64_t *all = tc->credit[CCI_POOL_ALL], *pool = tc->credit[v->pool];
+    for (int k = 0; k < NKIND; k++) {
+        int64_t d = v->d[k];
+        sh->cur[k] += d;
+        sh->inc[k] += d > 0 ? d : 0;
+        sh->dec[k] += d < 0 ? -d : 0;
+        all[k] -= d;
+        pool[k] -= d;
+    }
+}
+
+// Takes v back exactly, totals included: a cached block's free, undone when the block goes back
+// to the locked path (which then counts the free itself).
+static void delta_unapply(cci_tc *tc, const delta *v)
 {
     shard_pool *sh = &tc->shard[v->pool == CCI_POOL_SMALL ? 0 : 1];
     for (int k = 0; k < NKIND; k++) {
         int64_t d = v->d[k];
-        if (!d)
-            continue;
-        int64_t signed_d = reverse ? -d : d;
-        sh->cur[k] += signed_d;
-        if (d > 0)
-            sh->inc[k] += reverse ? -d : d;
-        else
-            sh->dec[k] += reverse ? d : -d;
-        tc->credit[CCI_POOL_ALL][k] -= signed_d;
-        tc->credit[v->pool][k] -= signed_d;
+        sh->cur[k] -= d;
+        sh->inc[k] -= d > 0 ? d : 0;
+        sh->dec[k] -= d < 0 ? -d : 0;
+        tc->credit[CCI_POOL_ALL][k] += d;
+        tc->credit[v->pool][k] += d;
     }
 }
 
@@ -286,6 +291,14 @@ static void unlink_cache(cci_allocator *a, cci_tc *tc)
         }
 }
 
+static void cache_free(cci_tc *tc)
+{
+    free(tc->table);
+    free(tc->log);
+    free(tc->handed);
+    free(tc);
+}
+
 // At thread exit: each cache gives its blocks back (the stop does that) and leaves its allocator.
 static void on_thread_exit(void *unused)
 {
@@ -298,6 +311,8 @@ static void on_thread_exit(void *unused)
         pthread_mutex_lock(&registry);
         cci_allocator *a = tc->a;
         if (a) {
+            cci__lock(a);  // this stop returns the cache's blocks and swaps its log out ...
+            cci__unlock(a);  // ... which this unlock tells the observers, in order with the others'
             cci__lock(a);
             // Blocks this thread allocated and did not free live on: the locked path frees them.
             for (size_t j = 0; j < tc->table_cap; j++)
@@ -308,8 +323,7 @@ static void on_thread_exit(void *unused)
             cci__unlock(a);
         }
         pthread_mutex_unlock(&registry);
-        free(tc->table);
-        free(tc);
+        cache_free(tc);
     }
 }
 
@@ -333,10 +347,13 @@ static cci_tc *attach_cache(cci_allocator *a)
     if (free_slot < 0 || exit_key == (pthread_key_t)-1)
         return NULL;  // more allocators than slots: this one is served on the locked path only
     tc = calloc(1, sizeof *tc);
-    if (!tc)
-        return NULL;
-    if (pthread_setspecific(exit_key, tc) != 0) {  // any non-NULL value runs the destructor
-        free(tc);
+    if (tc) {
+        tc->log = calloc(LOG_EVENTS, sizeof *tc->log);
+        tc->handed = calloc(LOG_EVENTS, sizeof *tc->handed);
+    }
+    if (!tc || !tc->log || !tc->handed || pthread_setspecific(exit_key, tc) != 0) {  // non-NULL: destructor runs
+        if (tc)
+            cache_free(tc);
         return NULL;
     }
     // The lock holder owns every cache it can see; a new one joins the list already stopped.
@@ -350,41 +367,43 @@ static cci_tc *attach_cache(cci_allocator *a)
 
 // ---- stops ----------------------------------------------------------------------------------
 
-// Hands the events of up to MERGE_MAX caches to the observers, the oldest stamp first.
-#define MERGE_MAX 64
-static void merge_events(cci_allocator *a, cci_tc **tcs, int n)
+// Observers hear of events in time order, and not while the caches are stopped: a stop swaps
+// each cache's log out (tc->handed); the unlock, with the caches running again and the mutex
+// still held, tells the swapped logs merged by stamp, then the events of the locked section
+// itself (a->evq, queued by cci__notify_full meanwhile). Other threads' fast paths go on while
+// the observers work.
+static void swap_logs(cci_allocator *a)
 {
-    int pos[MERGE_MAX] = {0};
-    for (;;) {
-        int best = -1;
-        for (int i = 0; i < n; i++)
-            if (pos[i] < tcs[i]->nlog && (best < 0 || tcs[i]->log[pos[i]].stamp < tcs[best]->log[pos[best]].stamp))
-                best = i;
-        if (best < 0)
-            break;
-        tc_event *e = &tcs[best]->log[pos[best]++];
-        cci__notify_full(a, (cci_event_kind)e->kind, e->stream, e->addr, e->size, e->requested);
-    }
-    for (int i = 0; i < n; i++)
-        tcs[i]->nlog = 0;
-}
-
-// Every cache's events, in stamp order (by groups of MERGE_MAX caches when more threads than that
-// logged events since the last stop: each group in order, groups one after the other).
-static void flush_events(cci_allocator *a)
-{
-    cci_tc *tcs[MERGE_MAX];
-    int n = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         if (!tc->nlog)
             continue;
-        if (n == MERGE_MAX) {
-            merge_events(a, tcs, n);
-            n = 0;
-        }
-        tcs[n++] = tc;
+        tc_event *t = tc->handed;
+        tc->handed = tc->log;
+        tc->nhanded = tc->nlog;
+        tc->log = t;
+        tc->nlog = 0;
     }
-    merge_events(a, tcs, n);
+}
+
+static void tell(cci_allocator *a, const tc_event *e)
+{
+    cci__notify_now(a, (cci_event_kind)e->kind, e->stream, e->addr, e->size, e->requested);
+}
+
+// Lock held, caches running: the swapped logs, merged by stamp.
+static void tell_handed(cci_allocator *a)
+{
+    for (;;) {
+        cci_tc *best = NULL;
+        for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+            if (tc->told < tc->nhanded && (!best || tc->handed[tc->told].stamp < best->handed[best->told].stamp))
+                best = tc;
+        if (!best)
+            break;
+        tell(a, &best->handed[best->told++]);
+    }
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+        tc->nhanded = tc->told = 0;
 }
 
 // Folds a cache's statistics into the allocator's and returns its magazine blocks to the free set.
@@ -400,7 +419,7 @@ static void empty_cache(cci_allocator *a, cci_tc *tc)
             delta v;
             delta_of(a, tc->mag[c].b[i], tc->mag[c].b[i]->requested, -1, tc->mag[c].split[i],
                      tc->mag[c].split_bytes[i], &v);
-            delta_apply(tc, &v, 1);
+            delta_unapply(tc, &v);
         }
     for (int p = 0; p < 2; p++) {
         const shard_pool *sh = &tc->shard[p];
@@ -448,7 +467,7 @@ void cci__lock(cci_allocator *a)
 #endif
         }
     }
-    flush_events(a);
+    swap_logs(a);
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
         empty_cache(a, tc);
 }
@@ -483,8 +502,31 @@ void cci__unlock(cci_allocator *a)
             }
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
             atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
+        tell_handed(a);
     }
+    // The locked section's own events, after the caches' older ones; queued even when the last
+    // cache left meanwhile (thread exit).
+    for (size_t i = 0; i < a->nevq; i++)
+        tell(a, &a->evq[i]);
+    a->nevq = 0;
     pthread_mutex_unlock(&a->lock);
+}
+
+int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                        size_t requested)
+{
+    if (!a->tcs)
+        return 0;
+    if (a->nevq == a->evq_cap) {
+        size_t cap = a->evq_cap ? a->evq_cap * 2 : 256;
+        tc_event *q = realloc(a->evq, cap * sizeof *q);
+        if (!q)
+            return 0;  // host out of memory: told at once, a little out of order
+        a->evq = q;
+        a->evq_cap = cap;
+    }
+    a->evq[a->nevq++] = (tc_event){0, addr, size, requested, stream, kind};
+    return 1;
 }
 
 // ---- the fast paths ---------------------------------------------------------------------------
@@ -522,7 +564,7 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         if (!delta_covered(tc, &v) || (a->nobs && tc->nlog > LOG_EVENTS - 1))
             break;
         m->n--;
-        delta_apply(tc, &v, 0);
+        delta_apply(tc, &v);
         __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
         b->requested = requested;
         tc->dirty = 1;
@@ -563,7 +605,7 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
             m->split[m->n] = (int8_t)split;
             m->split_bytes[m->n] = split_bytes;
             m->b[m->n++] = b;
-            delta_apply(tc, &v, 0);
+            delta_apply(tc, &v);
             __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
             tc->dirty = 1;
             if (a->nobs) {
@@ -606,12 +648,15 @@ void cci__tc_forget_all(cci_allocator *a)
         memset(tc->mag, 0, sizeof tc->mag);
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
-        tc->nlog = 0;
+        tc->nlog = tc->nhanded = tc->told = 0;
     }
 }
 
 void cci__tc_detach_all(cci_allocator *a)
 {
+    free(a->evq);
+    a->evq = NULL;
+    a->nevq = a->evq_cap = 0;
     pthread_mutex_lock(&registry);
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
         tc->a = NULL;
@@ -619,8 +664,19 @@ void cci__tc_detach_all(cci_allocator *a)
     pthread_mutex_unlock(&registry);
 }
 
-void cci__tc_fork_child(void)
+void cci__tc_fork_child(cci_allocator *a)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&registry, &fresh, sizeof fresh);
+    // The forking thread is the only one here: every cache of `a` is unused from now on (the other
+    // threads' never run again), and the allocator is about to be destroyed: free them, and the
+    // slots that named them, or each fork generation would keep its parent's.
+    for (cci_tc *tc = a->tcs, *next; tc; tc = next) {
+        next = tc->next;
+        for (int i = 0; i < TLS_SLOTS; i++)
+            if (slots[i].tc == tc)
+                slots[i] = (struct tls_slot){0};
+        cache_free(tc);
+    }
+    a->tcs = NULL;
 }

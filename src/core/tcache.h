@@ -43,7 +43,8 @@ void cci__tc_forget_all(cci_allocator *a);
 /// Destroy: the caches of live threads stay allocated until their thread exits; they are cut off
 /// from the allocator now.
 void cci__tc_detach_all(cci_allocator *a);
-/// In a fork child: the registry lock may have been held by a thread that does not exist here.
-void cci__tc_fork_child(void);
+/// In a fork child, before `a` is destroyed: the registry lock may have been held by a thread that
+/// does not exist here, and `a`'s caches are freed (the forking thread is the only thread left).
+void cci__tc_fork_child(cci_allocator *a);
 
 #endif
