@@ -595,7 +595,10 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
     // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
     cci_block *c = NULL;
     unsigned width = a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
-    if (width <= FENCED_FIT_HARVEST_MAX_WIDTH ? cci__fenced_harvest(a) : cci__fenced_poll(a))
+    int harvest = width <= FENCED_FIT_HARVEST_MAX_WIDTH && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
+    if (harvest)
+        a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
+    if (harvest ? cci__fenced_harvest(a) : cci__fenced_poll(a))
         c = take_free_block(a, rounded, small, stream);
     while (!c && cci__fenced_wait_for(a, rounded, small, stream, FENCED_FIT_SPARE))
         c = take_free_block(a, rounded, small, stream);

@@ -36,6 +36,11 @@
 #ifndef FENCED_FIT_HARVEST_MAX_WIDTH
 #define FENCED_FIT_HARVEST_MAX_WIDTH 8
 #endif
+// ... and at most once every this many allocations: a loop that frees and allocates one size
+// meets a poor fit on every allocation, and a fence each time would cost more than it saves.
+#ifndef FENCED_FIT_HARVEST_EVERY
+#define FENCED_FIT_HARVEST_EVERY 2
+#endif
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {
