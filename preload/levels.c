@@ -13,13 +13,14 @@ static _Atomic int levels = -1;
 // Allocations served, [0] runtime level, [1] driver level. Counted on every allocation by every
 // thread: one shared counter would be a cache line all threads write, so each thread counts in a
 // shard of its own (threads beyond SERVED_SHARDS share) and readers add the shards up.
+// my_shard: 1 + the thread's number (0: not counted yet).
 #define SERVED_SHARDS 64
 static struct {
     _Atomic uint64_t n[2];
     char pad[64 - 2 * sizeof(uint64_t)];
 } served[SERVED_SHARDS] __attribute__((aligned(64)));
 static _Atomic unsigned next_shard;
-static _Thread_local unsigned my_shard __attribute__((tls_model("initial-exec")));  // 0: none yet
+static _Thread_local unsigned my_shard __attribute__((tls_model("initial-exec")));
 
 void cci_pl_levels_atfork_child(void)
 {
@@ -54,8 +55,14 @@ int cci_pl_levels(void)
 void cci_pl_count(int level)
 {
     if (__builtin_expect(!my_shard, 0))
-        my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % SERVED_SHARDS;
-    atomic_fetch_add_explicit(&served[my_shard - 1].n[level == CCI_LEVEL_DRIVER], 1, memory_order_relaxed);
+        my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed);
+    _Atomic uint64_t *n = &served[(my_shard - 1) % SERVED_SHARDS].n[level == CCI_LEVEL_DRIVER];
+    // The first SERVED_SHARDS threads own their shard: a plain increment (no locked instruction)
+    // is enough; later threads share shards and need the atomic one.
+    if (__builtin_expect(my_shard <= SERVED_SHARDS, 1))
+        atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
 }
 
 void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver)
