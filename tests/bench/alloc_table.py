@@ -10,6 +10,7 @@ Configurations (each a separate process, in this order, so all share the machine
   raw async        cudaMallocAsync+cudaFreeAsync, no preload     (CUDA's own pool, unlimited threshold)
   ours default     cudaMalloc+cudaFree under the preload         (frees wait for the device, batched)
   ours immediate   the same with CCI_ALLOC_CONF=immediate_reuse:True
+  ours expandable / ours compact   the same in the two virtual-memory modes
   ours async       cudaMallocAsync+cudaFreeAsync under the preload
 With --exe-static also: the static-cudart build raw and under the preload (whose hooks a static
 cudart reaches only through the driver-level hooks), and the static build's async pair under the preload.
@@ -81,7 +82,9 @@ ISSUE_ROWS = [("raw cudaMalloc+cudaFree", "raw malloc"),
               ("ours default, driver hooks (static)", "static ours default"),
               ("ours immediate_reuse, runtime hooks", "ours immediate"),
               ("ours async pair, runtime hooks", "ours async"),
-              ("ours async pair, driver hooks (static)", "static ours async")]
+              ("ours async pair, driver hooks (static)", "static ours async"),
+              ("ours expandable_segments, runtime hooks", "ours expandable"),
+              ("ours compact_segments, runtime hooks", "ours compact")]
 ISSUE_SIZES = [512, 1 << 20, 20 << 20, 256 << 20]
 
 
@@ -118,7 +121,11 @@ def main():
             ("raw async", args.exe, "async", False, {}),
             ("ours default", args.exe, "malloc", True, {}),
             ("ours immediate", args.exe, "malloc", True, imm),
-            ("ours async", args.exe, "async", True, {})]
+            ("ours async", args.exe, "async", True, {}),
+            # Issue 13: a cached pair in the VMM modes costs what it costs with ordinary segments
+            # (the driver's VMM calls happen only when the pool grows or shrinks).
+            ("ours expandable", args.exe, "malloc", True, {"CCI_ALLOC_CONF": "expandable_segments:True"}),
+            ("ours compact", args.exe, "malloc", True, {"CCI_ALLOC_CONF": "compact_segments:True"})]
     if args.exe_static:
         plan += [("static raw malloc", args.exe_static, "malloc", False, {}),
                  ("static raw async", args.exe_static, "async", False, {}),
