@@ -302,7 +302,11 @@ static int compact_should_reclaim(const cci_allocator *a, size_t grow_by)
     size_t slack = reserved / COMPACT_SLACK_DIVISOR;
     if (slack < COMPACT_SLACK_MIN)
         slack = COMPACT_SLACK_MIN;
-    if (free_mapped_bytes(a) > slack)
+    // Only a growth that would raise the peak reserved is worth an unmap: below the peak the pool
+    // has held that much before, and unmapping free pages there only to map others would make a
+    // workload of changing sizes call the driver on every miss (H100: 35.8 us/op against 628 ns
+    // for expandable segments, when every such growth unmapped).
+    if (free_mapped_bytes(a) > slack && reserved + grow_by > (size_t)a->st.reserved_bytes[CCI_POOL_ALL].peak)
         return 1;
     // garbage_collection_threshold keeps its meaning here: mapped bytes past threshold × the
     // allowed maximum make the pool give back what it can before it grows further.
