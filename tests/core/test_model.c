@@ -17,14 +17,6 @@ typedef struct live {
     uint64_t stream;
 } live;
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
 
 // Log-uniform request sizes from 1 byte to 64 MiB, with some exact powers of two.
 static size_t rnd_size(void)

@@ -18,14 +18,6 @@
 #include "config.h"
 #include "testutil.h"
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
 
 // ---- 1. exact statistics -----------------------------------------------------------------------
 

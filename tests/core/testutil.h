@@ -4,6 +4,7 @@
 #ifndef CCI_TESTUTIL_H
 #define CCI_TESTUTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,6 +27,16 @@ static unsigned t_passed, t_failed;
 #define CHECK_EQ_U(a, b, what)                                                                     \
     CHECK((unsigned long long)(a) == (unsigned long long)(b), "%s: got %llu, expected %llu", what, \
           (unsigned long long)(a), (unsigned long long)(b))
+
+// A deterministic xorshift generator for the randomized tests: seed rng_state, then call rnd().
+static uint64_t rng_state;
+static inline uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
 
 static inline int t_finish(void)
 {

@@ -179,9 +179,12 @@ static outcome per_thread_streams(void)
     return o;
 }
 
-// cudaFreeAsync(p, a) makes p reusable at once on a, whose order covers the late write; a plain
-// cudaMalloc used on another stream must not get it before that write ran.
-static outcome free_async_then_malloc(void)
+// cudaFreeAsync(p, a) with a late write still queued on a, then a new block of the same size used
+// on another stream b, taken either with a plain cudaMalloc (on_b = 0) or with cudaMallocAsync on
+// b (on_b = 1). p is reusable at once on a only, whose order covers the late write; b may take a's
+// whole free segment (stream_handover.c), but only after a fence on a has passed. Either way the
+// new owner's data must survive the late write.
+static outcome free_async_then(int on_b)
 {
     cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
     outcome o = {0};
@@ -190,38 +193,26 @@ static outcome free_async_then_malloc(void)
     CUDA_OK(fakecuda_stream_hold(a, 1));
     late_write(p, a);
     CUDA_OK(cudaFreeAsync(p, a));
-    CUDA_OK(cudaMalloc(&q, N));
+    if (on_b)
+        CUDA_OK(cudaMallocAsync(&q, N, b));
+    else
+        CUDA_OK(cudaMalloc(&q, N));
     new_owner_writes(q, b);
     CUDA_OK(cudaDeviceSynchronize());
     judge(&o, p, q);
-    CUDA_OK(cudaFree(q));
+    if (on_b) {
+        CUDA_OK(fakecuda_stream_hold(a, 0));
+        CUDA_OK(cudaFreeAsync(q, b));
+    } else {
+        CUDA_OK(cudaFree(q));
+    }
     CUDA_OK(cudaStreamDestroy(a));
     CUDA_OK(cudaStreamDestroy(b));
     return o;
 }
 
-// cudaFreeAsync(p, a) with a late write still queued on a; then cudaMallocAsync on b of the same
-// size. b may take a's whole free segment (stream_handover.c), but only after a fence on a has
-// passed: the new owner's data must survive the late write.
-static outcome free_async_then_other_stream(void)
-{
-    cudaStream_t a = make_stream(cudaStreamNonBlocking), b = make_stream(cudaStreamNonBlocking);
-    outcome o = {0};
-    void *p, *q;
-    CUDA_OK(cudaMallocAsync(&p, N, a));
-    CUDA_OK(fakecuda_stream_hold(a, 1));
-    late_write(p, a);
-    CUDA_OK(cudaFreeAsync(p, a));
-    CUDA_OK(cudaMallocAsync(&q, N, b));
-    new_owner_writes(q, b);
-    CUDA_OK(cudaDeviceSynchronize());
-    judge(&o, p, q);
-    CUDA_OK(fakecuda_stream_hold(a, 0));
-    CUDA_OK(cudaFreeAsync(q, b));
-    CUDA_OK(cudaStreamDestroy(a));
-    CUDA_OK(cudaStreamDestroy(b));
-    return o;
-}
+static outcome free_async_then_malloc(void) { return free_async_then(0); }
+static outcome free_async_then_other_stream(void) { return free_async_then(1); }
 
 // A graph whose captured work writes p, launched on a (held), p freed right after the launch.
 static outcome graph_launch(void)
