@@ -115,7 +115,8 @@ void cci_allocator_fork_child(cci_allocator *a)
 void cci_allocator_thread_cache(cci_allocator *a, int on)
 {
     cci__lock(a);
-    a->tc_on = on;  // switched off, the caches empty at this stop and never fill again
+    cci__tc_drain_all(a);
+    a->tc_on = on;  // switched off, the caches are empty now and never fill again
     cci__unlock(a);
 }
 

@@ -40,6 +40,7 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
     if (!a)
         return;
     cci__lock(a);
+    cci__tc_drain_all(a);  // cached blocks were freed: the events below must not free them again
     // Observers first, while every record still exists: each live block is freed, each segment
     // given back, as a trace or timeline of the program would have shown it.
     for (size_t i = 0; i < a->nsegs; i++) {

@@ -55,6 +55,7 @@ int cci__layout_fill(cci_allocator *a, cci_layout *out)
 int cci_layout_take(cci_allocator *a, cci_layout *out)
 {
     cci__lock(a);
+    cci__tc_drain_all(a);  // cached blocks are free: the layout shows them merged, as they will be
     int rc = cci__layout_fill(a, out);
     cci__unlock(a);
     return rc;
@@ -132,6 +133,7 @@ static int fail(char *msg, size_t len, const char *fmt, ...)
 int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
 {
     cci__lock(a);
+    cci__tc_drain_all(a);
     int rc = 0;
     // Recomputed counters, per pool index (1 small, 2 large).
     int64_t seg[3] = {0}, reserved[3] = {0}, alloc[3] = {0}, alloc_b[3] = {0}, active[3] = {0},

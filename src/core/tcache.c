@@ -193,21 +193,6 @@ static void delta_apply(cci_tc *tc, const delta *v)
     }
 }
 
-// Takes v back exactly, totals included: a cached block's free, undone when the block goes back
-// to the locked path (which then counts the free itself).
-static void delta_unapply(cci_tc *tc, const delta *v)
-{
-    shard_pool *sh = &tc->shard[v->pool == CCI_POOL_SMALL ? 0 : 1];
-    for (int k = 0; k < NKIND; k++) {
-        int64_t d = v->d[k];
-        sh->cur[k] -= d;
-        sh->inc[k] -= d > 0 ? d : 0;
-        sh->dec[k] -= d < 0 ? -d : 0;
-        tc->credit[CCI_POOL_ALL][k] += d;
-        tc->credit[v->pool][k] += d;
-    }
-}
-
 // ---- the address table -----------------------------------------------------------------------
 
 static size_t slot_of(uintptr_t addr, size_t cap)
@@ -312,6 +297,7 @@ static void on_thread_exit(void *unused)
         cci_allocator *a = tc->a;
         if (a) {
             cci__lock(a);  // this stop returns the cache's blocks and swaps its log out ...
+            cci__tc_drain_all(a);
             cci__unlock(a);  // ... which this unlock tells the observers, in order with the others'
             cci__lock(a);
             // Blocks this thread allocated and did not free live on: the locked path frees them.
@@ -406,47 +392,62 @@ static void tell_handed(cci_allocator *a)
         tc->nhanded = tc->told = 0;
 }
 
-// Folds a cache's statistics into the allocator's and returns its magazine blocks to the free set.
-static void empty_cache(cci_allocator *a, cci_tc *tc)
+// Adds `sign` times a shard-shaped change to the allocator's statistics, without touching peaks:
+// folding a shard (whose increases stayed within credits under the peaks), or taking a cached
+// block's recorded free back out before the locked path counts it.
+static void stats_shift(cci_allocator *a, int pool_index_small, const int64_t *cur, const int64_t *inc,
+                        const int64_t *dec, int sign)
+{
+    int pools[2] = {CCI_POOL_ALL, pool_index_small ? CCI_POOL_SMALL : CCI_POOL_LARGE};
+    for (int k = 0; k < NKIND; k++)
+        for (int f = 0; f < FAMILIES_PER_KIND; f++)
+            for (int i = 0; i < 2; i++) {
+                cci_stat *st = kind_stat(&a->st, k, f, pools[i]);
+                if (!st)
+                    continue;
+                st->current += sign * cur[k];
+                st->allocated += sign * inc[k];
+                st->freed += sign * dec[k];
+            }
+}
+
+// At every stop: the cache's statistics join the allocator's, so every reader sees exact figures.
+// Its magazine blocks stay where they are (see cci__tc_drain_all): they count as freed already.
+static void fold_cache(cci_allocator *a, cci_tc *tc)
 {
     if (!tc->dirty)
         return;
     tc->dirty = 0;
-    // A cached block counts as freed in the shard and as allocated in the allocator's books: the
-    // shard takes its free back, and the locked free below counts it once, with its merges.
-    for (int c = 0; c < MAG_CLASSES; c++)
-        for (int i = 0; i < tc->mag[c].n; i++) {
-            delta v;
-            delta_of(a, tc->mag[c].b[i], tc->mag[c].b[i]->requested, -1, tc->mag[c].split[i],
-                     tc->mag[c].split_bytes[i], &v);
-            delta_unapply(tc, &v);
-        }
-    for (int p = 0; p < 2; p++) {
-        const shard_pool *sh = &tc->shard[p];
-        int pools[2] = {CCI_POOL_ALL, p ? CCI_POOL_LARGE : CCI_POOL_SMALL};
-        for (int k = 0; k < NKIND; k++)
-            for (int f = 0; f < FAMILIES_PER_KIND; f++)
-                for (int i = 0; i < 2; i++) {
-                    cci_stat *st = kind_stat(&a->st, k, f, pools[i]);
-                    if (!st)
-                        continue;
-                    st->current += sh->cur[k];
-                    st->allocated += sh->inc[k];
-                    st->freed += sh->dec[k];
-                }
-    }
+    for (int p = 0; p < 2; p++)
+        stats_shift(a, p == 0, tc->shard[p].cur, tc->shard[p].inc, tc->shard[p].dec, +1);
     memset(tc->shard, 0, sizeof tc->shard);
-    for (int c = 0; c < MAG_CLASSES; c++) {
-        for (int i = 0; i < tc->mag[c].n; i++) {
-            cci_block *b = tc->mag[c].b[i];
-            cci_block **e = table_find(tc, b->addr);
-            if (e)
-                *e = TOMBSTONE;
-            b->owner = NULL;
-            b->state = BLOCK_ALLOCATED;
-            cci__release_cached(a, b);
+}
+
+void cci__tc_drain_all(cci_allocator *a)
+{
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+        for (int c = 0; c < MAG_CLASSES; c++) {
+            for (int i = 0; i < tc->mag[c].n; i++) {
+                cci_block *b = tc->mag[c].b[i];
+                // Counted as freed when it entered the magazine (folded since): that count comes
+                // out, and the locked free counts it again, with its merges.
+                delta v;
+                delta_of(a, b, b->requested, -1, tc->mag[c].split[i], tc->mag[c].split_bytes[i], &v);
+                int64_t inc[NKIND], dec[NKIND];
+                for (int k = 0; k < NKIND; k++) {
+                    inc[k] = v.d[k] > 0 ? v.d[k] : 0;
+                    dec[k] = v.d[k] < 0 ? -v.d[k] : 0;
+                }
+                stats_shift(a, v.pool == CCI_POOL_SMALL, v.d, inc, dec, -1);
+                cci_block **e = table_find(tc, b->addr);
+                if (e)
+                    *e = TOMBSTONE;
+                b->owner = NULL;
+                b->state = BLOCK_ALLOCATED;
+                cci__release_cached(a, b);
+            }
+            tc->mag[c].n = 0;
         }
-        tc->mag[c].n = 0;
     }
 }
 
@@ -469,7 +470,7 @@ void cci__lock(cci_allocator *a)
     }
     swap_logs(a);
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-        empty_cache(a, tc);
+        fold_cache(a, tc);
 }
 
 void cci__unlock(cci_allocator *a)
@@ -561,8 +562,12 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         cci_block *b = m->b[m->n - 1];
         delta v;
         delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
-        if (!delta_covered(tc, &v) || (a->nobs && tc->nlog > LOG_EVENTS - 1))
+        if (!delta_covered(tc, &v))
             break;
+        if (a->nobs && tc->nlog > LOG_EVENTS - 1) {
+            rc = CCI_TC_LOG_FULL;
+            break;
+        }
         m->n--;
         delta_apply(tc, &v);
         __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
@@ -586,7 +591,9 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
     int rc = CCI_ENOTOURS;
     cci_block **e = table_find(tc, ptr);
     cci_block *b = e ? *e : NULL;
-    if (b && b->state == BLOCK_ALLOCATED && b->stream == stream && !(a->nobs && tc->nlog > LOG_EVENTS - 2)) {
+    if (b && b->state == BLOCK_ALLOCATED && b->stream == stream && a->nobs && tc->nlog > LOG_EVENTS - 2) {
+        rc = CCI_TC_LOG_FULL;
+    } else if (b && b->state == BLOCK_ALLOCATED && b->stream == stream) {
         mag_class *m = NULL;
         for (int c = 0; c < MAG_CLASSES && !m; c++)
             if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
@@ -620,6 +627,12 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 }
 
 // ---- the locked side ------------------------------------------------------------------------------
+
+void cci__tc_flush(cci_allocator *a)
+{
+    cci__lock(a);
+    cci__unlock(a);
+}
 
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {

@@ -5,10 +5,10 @@
 // it in a small magazine of its own, keyed by (stream, size); its next allocation of that exact
 // rounded size on that stream takes it back without the allocator lock. Nothing else changes:
 //   - every critical section of the allocator (cci__lock) first brings every thread cache to a
-//     stop, hands its events to the observers in time order, folds its statistics into the
-//     allocator's and returns its magazine blocks to the free set. The policy code therefore never
-//     sees a cached block, and decides exactly as it would without the caches, from the same free
-//     set;
+//     stop and folds its statistics into the allocator's; its events reach the observers, in time
+//     order, at the unlock. Before the policy searches the free set (an allocation on the locked
+//     path, empty_cache, a layout) the magazine blocks go back to it (cci__tc_drain_all), so the
+//     policy decides on the free set it would have without the caches;
 //   - statistics are exact, peaks included: a thread may raise a statistic without the lock only
 //     within a credit, and the credits of all threads never exceed the distance between the
 //     current value and its peak (recomputed at every unlock). So no increase made without the
@@ -28,9 +28,19 @@ void cci__lock(cci_allocator *a);
 void cci__unlock(cci_allocator *a);
 
 /// The fast paths. CCI_OK when served; CCI_ENOTOURS when not (no cache, a miss, no credit, a
-/// stop in progress): the caller takes the locked path, which gives the same answer.
+/// stop in progress): the caller takes the locked path, which gives the same answer;
+/// CCI_TC_LOG_FULL: served it could be, but the event log is full: cci__tc_flush, then again.
+#define CCI_TC_LOG_FULL 1
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out);
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
+/// A stop that only hands the logs to the observers and folds the statistics (no block moves).
+void cci__tc_flush(cci_allocator *a);
+/// Lock held: every magazine block goes back to the free set (merged with its free neighbours),
+/// so that the policy decides on the state it would have without the caches. Called where the
+/// policy searches or shows the free set: allocations on the locked path, empty_cache, reset,
+/// layouts and checks, a thread's exit. Other stops (frees, statistics, log flushes) leave the
+/// magazines alone: their blocks already count as freed.
+void cci__tc_drain_all(cci_allocator *a);
 
 // Lock held.
 /// The calling thread was handed `b` by the locked path: it may free it on its fast path.
