@@ -48,7 +48,12 @@ static const scenario scenarios[] = {
     {"OOMs at 3 GiB, immediate frees", "max_split_size_mb:256", 3072 * MiB, 2, 1, 20000, 0, 0},
     {"OOMs at 3 GiB, gc and fraction", "garbage_collection_threshold:0.7,per_process_memory_fraction:0.9",
      3072 * MiB, 1, 1, 20000, 0, 0},
-    {"OOMs at 4 GiB, deferred frees", "", 4096 * MiB, 3, 2, 20000, 10, 20},
+    // One thread: running out of memory with deferred frees synchronises the device with the lock
+    // dropped, in the middle of one allocation; another thread's events recorded meanwhile come
+    // before that allocation in the trace, and no event-by-event replay can split an allocation
+    // in two. With three threads this scenario failed about one run in six (before 2026-11-23's
+    // changes as well); the threads are covered by the scenario without a capacity above.
+    {"OOMs at 4 GiB, deferred frees", "", 4096 * MiB, 1, 2, 20000, 10, 20},
 };
 
 typedef struct worker {
