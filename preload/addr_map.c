@@ -352,7 +352,9 @@ __attribute__((constructor)) static void register_fork_handler(void)
 
 void cci_addr_map_attach(cci_allocator *a)
 {
-    if (cci_allocator_add_observer(a, observe, NULL) != 0) {
+    unsigned segments = 1u << CCI_EV_SEGMENT_ALLOC | 1u << CCI_EV_SEGMENT_FREE | 1u << CCI_EV_SEGMENT_MAP |
+                        1u << CCI_EV_SEGMENT_UNMAP;
+    if (cci_allocator_add_observer_of(a, observe, NULL, segments) != 0) {
         cci_log(CCI_LOG_WARNING, "device %d: no observer slot left for the address map; every free "
                 "asks each device's allocator in turn", cci_allocator_device(a));
         cci_addr_map_mark_incomplete();

@@ -60,7 +60,8 @@ void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uin
         return;
     cci_event ev = {kind, a->device, stream, addr, size, requested};
     for (int i = 0; i < a->nobs; i++)
-        a->obs[i].fn(a->obs[i].ud, &ev);
+        if (a->obs[i].kinds & (1u << kind))
+            a->obs[i].fn(a->obs[i].ud, &ev);
 }
 
 #define notify cci__notify_full

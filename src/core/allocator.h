@@ -64,6 +64,9 @@ void cci_allocator_fork_child(cci_allocator *a);
 #define CCI_MAX_OBSERVERS 4
 /// Attaches an observer; returns 0, or -1 when all slots are taken.
 int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud);
+/// The same for the event kinds in `kinds` only (a mask of 1u << cci_event_kind): an observer
+/// of segments need not be called for each of the allocations.
+int cci_allocator_add_observer_of(cci_allocator *a, cci_observer_fn fn, void *ud, unsigned kinds);
 
 /// Hands out a block of at least `size` bytes on `stream` (size 0 gets the minimum block).
 /// CCI_OK and *out, CCI_EOOM after every retry, CCI_EBACKEND when the device failed otherwise.

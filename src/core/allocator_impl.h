@@ -90,7 +90,7 @@ struct cci_allocator {
     cci_block *spare;            // recycled block records: splitting must not cost a malloc
     size_t nspare;
 
-    struct { cci_observer_fn fn; void *ud; } obs[CCI_MAX_OBSERVERS];
+    struct { cci_observer_fn fn; void *ud; unsigned kinds; } obs[CCI_MAX_OBSERVERS];  // kinds: 1u << kind
     int nobs;
 
     struct cci_exp *exp;         // expandable-segment mode (expandable.c); NULL = ordinary segments

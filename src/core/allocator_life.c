@@ -122,11 +122,17 @@ void cci_allocator_thread_cache(cci_allocator *a, int on)
 
 int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
 {
+    return cci_allocator_add_observer_of(a, fn, ud, ~0u);
+}
+
+int cci_allocator_add_observer_of(cci_allocator *a, cci_observer_fn fn, void *ud, unsigned kinds)
+{
     cci__lock(a);
     int rc = -1;
     if (a->nobs < CCI_MAX_OBSERVERS) {
         a->obs[a->nobs].fn = fn;
         a->obs[a->nobs].ud = ud;
+        a->obs[a->nobs].kinds = kinds;
         a->nobs++;
         rc = 0;
     }

@@ -16,11 +16,10 @@ static _Thread_local int anchor_oom;
 #include "expandable.h"
 #include "log.h"
 
+// Through the queue of the locked section (tcache.h): after the thread caches' older events.
 static void tell(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
 {
-    cci_event ev = {kind, a->device, stream, addr, size, 0};
-    for (int i = 0; i < a->nobs; i++)
-        a->obs[i].fn(a->obs[i].ud, &ev);
+    cci__notify_full(a, kind, stream, addr, size, 0);
 }
 
 // The statistics of a fresh allocator: everything zero but what describes the device and the

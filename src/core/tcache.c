@@ -544,9 +544,9 @@ static cci_tc *enter(cci_allocator *a)
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-static void log_event(const cci_allocator *a, cci_tc *tc, int kind, const cci_block *b, size_t requested)
+static void log_event(cci_tc *tc, uint64_t stamp, int kind, const cci_block *b, size_t requested)
 {
-    tc->log[tc->nlog++] = (tc_event){stamp_now(a, tc), b->addr, b->size, requested, b->stream, kind};
+    tc->log[tc->nlog++] = (tc_event){stamp, b->addr, b->size, requested, b->stream, kind};
 }
 
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
@@ -574,7 +574,7 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         b->requested = requested;
         tc->dirty = 1;
         if (a->nobs)
-            log_event(a, tc, CCI_EV_ALLOC, b, requested);
+            log_event(tc, stamp_now(a, tc), CCI_EV_ALLOC, b, requested);
         *out = b->addr;
         rc = CCI_OK;
         break;
@@ -616,8 +616,10 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
             __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
             tc->dirty = 1;
             if (a->nobs) {
-                log_event(a, tc, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
-                log_event(a, tc, CCI_EV_FREE_COMPLETED, b, 0);
+                // One stamp for both: they happen together, and the log keeps their order.
+                uint64_t t = stamp_now(a, tc);
+                log_event(tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
+                log_event(tc, t, CCI_EV_FREE_COMPLETED, b, 0);
             }
             rc = CCI_OK;
         }
