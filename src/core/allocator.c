@@ -46,30 +46,9 @@ static inline void stat_pool(cci_stat *arr, int small, int64_t d)
 
 static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
-void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                      size_t requested)
-{
-    if (a->nobs && !cci__tc_queue_event(a, kind, stream, addr, size, requested))
-        cci__notify_now(a, kind, stream, addr, size, requested);
-}
-
-void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                     size_t requested)
-{
-    if (!a->nobs)
-        return;
-    cci_event ev = {kind, a->device, stream, addr, size, requested};
-    for (int i = 0; i < a->nobs; i++)
-        if (a->obs[i].kinds & (1u << kind))
-            a->obs[i].fn(a->obs[i].ud, &ev);
-}
-
+// Observers are told through cci__notify_full (allocator_life.c: at once, or queued for the
+// unlock while thread caches exist).
 #define notify cci__notify_full
-
-void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
-{
-    notify(a, kind, stream, addr, size, 0);
-}
 
 // ---- block records ------------------------------------------------------------------------
 

@@ -112,6 +112,31 @@ void cci_allocator_fork_child(cci_allocator *a)
     cci_allocator_destroy(a, 0);
 }
 
+// ---- observers ------------------------------------------------------------------------------
+
+void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                      size_t requested)
+{
+    if (a->nobs && !cci__tc_queue_event(a, kind, stream, addr, size, requested))
+        cci__notify_now(a, kind, stream, addr, size, requested);
+}
+
+void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                     size_t requested)
+{
+    if (!a->nobs)
+        return;
+    cci_event ev = {kind, a->device, stream, addr, size, requested};
+    for (int i = 0; i < a->nobs; i++)
+        if (a->obs[i].kinds & (1u << kind))
+            a->obs[i].fn(a->obs[i].ud, &ev);
+}
+
+void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
+{
+    cci__notify_full(a, kind, stream, addr, size, 0);
+}
+
 void cci_allocator_thread_cache(cci_allocator *a, int on)
 {
     cci__lock(a);
