@@ -18,7 +18,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 
 #define MAG_CLASSES 8   // (stream, size) classes a thread keeps at once
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
-#define LOG_EVENTS 4096  // events kept for the observers between two stops (2 x 192 KiB a thread)
+#define LOG_EVENTS 2048  // events kept for the observers between two stops (~100 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 
 // The statistics a fast path changes, grouped by how they move: a fast path changes the
@@ -532,28 +532,14 @@ int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, 
 
 // ---- the fast paths ---------------------------------------------------------------------------
 
-// A stop closes every gate for the length of a locked section, usually well under a microsecond
-// (the observers are told after the gates reopen). A fast path that finds its gate closed waits
-// that long rather than take the locked path itself: with many threads, every stop would
-// otherwise send the others to the mutex, each of them stopping everyone again.
-#define GATE_SPINS 512
-
 static cci_tc *enter(cci_allocator *a)
 {
     cci_tc *tc = my_cache(a);
-    if (!tc)
+    int open = GATE_OPEN;
+    if (!tc || !atomic_compare_exchange_strong_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
+                                                        memory_order_relaxed))
         return NULL;
-    for (int spins = 0;; spins++) {
-        int open = GATE_OPEN;
-        if (atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
-                                                  memory_order_relaxed))
-            return tc;
-        if (spins == GATE_SPINS)
-            return NULL;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
+    return tc;
 }
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
