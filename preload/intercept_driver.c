@@ -29,12 +29,22 @@ static int driver_level(void)
 
 // The device of the calling thread's current context, when that context is the device's primary
 // context. 0 and *device, or -1 (no context, another context, a device beyond our table).
+// The thread's last answer: a primary context we retain never goes away, so while the thread's
+// current context is still that one, its device is known without asking the driver again.
+static _Thread_local CUcontext last_primary __attribute__((tls_model("initial-exec")));
+static _Thread_local int last_primary_device __attribute__((tls_model("initial-exec")));
+
 static int primary_device(const cci_real_driver *t, int *device)
 {
     CUcontext cur = NULL;
     CUdevice dev;
-    if (!t->cuCtxGetCurrent || !t->cuCtxGetDevice || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS ||
-        !cur || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (unsigned)dev >= CCI_PL_MAX_DEVICES)
+    if (!t->cuCtxGetCurrent || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
+        return -1;
+    if (cur == last_primary && cci_cuda_backend_primary(last_primary_device, 0) == cur) {
+        *device = last_primary_device;
+        return 0;
+    }
+    if (!t->cuCtxGetDevice || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (unsigned)dev >= CCI_PL_MAX_DEVICES)
         return -1;
     CUcontext primary = cci_cuda_backend_primary(dev, 0);
     if (!primary) {
@@ -49,6 +59,8 @@ static int primary_device(const cci_real_driver *t, int *device)
     }
     if (primary != cur)
         return -1;
+    last_primary = cur;
+    last_primary_device = dev;
     *device = dev;
     return 0;
 }
