@@ -588,15 +588,8 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
-    if (a->tc_on) {
-        int fast = cci__tc_alloc(a, rounded, size, stream, out);
-        if (fast == CCI_TC_LOG_FULL) {
-            cci__tc_flush(a);
-            fast = cci__tc_alloc(a, rounded, size, stream, out);
-        }
-        if (fast == CCI_OK)
-            return CCI_OK;
-    }
+    if (a->tc_on && cci__tc_alloc(a, rounded, size, stream, out) == CCI_OK)
+        return CCI_OK;
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     cci__lock(a);
@@ -678,15 +671,8 @@ void cci__release_cached(cci_allocator *a, cci_block *b)
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)
 {
     // A block reusable at once on its own stream may stay with this thread (tcache.h).
-    if (mode == CCI_FREE_NOW && a->tc_on) {
-        int fast = cci__tc_free(a, ptr, stream);
-        if (fast == CCI_TC_LOG_FULL) {
-            cci__tc_flush(a);
-            fast = cci__tc_free(a, ptr, stream);
-        }
-        if (fast == CCI_OK)
-            return CCI_OK;
-    }
+    if (mode == CCI_FREE_NOW && a->tc_on && cci__tc_free(a, ptr, stream) == CCI_OK)
+        return CCI_OK;
     cci__lock(a);
     cci_block *b;
     HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);

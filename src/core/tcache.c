@@ -18,7 +18,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 
 #define MAG_CLASSES 8   // (stream, size) classes a thread keeps at once
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
-#define LOG_EVENTS 2048  // events kept for the observers between two stops (~100 KiB a thread)
+#define LOG_EVENTS 2048  // events kept for the observers between two stops (2 x 96 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 
 // The statistics a fast path changes, grouped by how they move: a fast path changes the
@@ -50,7 +50,8 @@ struct cci_tc {
     mag_class mag[MAG_CLASSES];
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
-    shard_pool shard[2];                    // what the fast paths changed since the last stop, per pool
+    shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
+                                            // pool ([CCI_POOL_ALL] unused: folded into both)
     int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may raise each statistic
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
@@ -134,7 +135,7 @@ typedef struct {
 static void delta_of(const cci_allocator *a, const cci_block *b, size_t requested, int sign, int split,
                      int64_t split_bytes, delta *v)
 {
-    v->pool = b->small ? CCI_POOL_SMALL : CCI_POOL_LARGE;
+    v->pool = pool_index(b->small);
     v->d[K_COUNT] = sign;
     v->d[K_BYTES] = (int64_t)b->size * sign;
     v->d[K_REQUESTED] = (int64_t)requested * sign;
@@ -163,10 +164,10 @@ static void split_on_free(const cci_block *b, int *count, int64_t *bytes)
         return;
     const cci_block *p = b->prev && is_free_for_program(b->prev) ? b->prev : NULL;
     const cci_block *n = b->next && is_free_for_program(b->next) ? b->next : NULL;
+    int64_t absorbed = (p ? (int64_t)p->size : 0) + (n ? (int64_t)n->size : 0);
     int whole = (p ? !p->prev : !b->prev) && (n ? !n->next : !b->next);
     *count = (whole ? 0 : 1) - (p != NULL) - (n != NULL);
-    *bytes = (whole ? 0 : (int64_t)b->size + (p ? (int64_t)p->size : 0) + (n ? (int64_t)n->size : 0)) -
-             (p ? (int64_t)p->size : 0) - (n ? (int64_t)n->size : 0);
+    *bytes = whole ? -absorbed : (int64_t)b->size;  // the merged block minus the neighbours it took in
 }
 
 static int delta_covered(const cci_tc *tc, const delta *v)
@@ -177,19 +178,25 @@ static int delta_covered(const cci_tc *tc, const delta *v)
     return 1;
 }
 
-// Applies v: the shard moves, its totals grow, and the credits follow (an increase spends credit,
-// a decrease earns it: the value moved away from its peak). Branch-free: it runs twice a pair.
-static void delta_apply(cci_tc *tc, const delta *v)
+// Adds v to a shard: the figures move and their totals grow. Branch-free: it runs twice a pair.
+static void shard_add(shard_pool *sh, const delta *v)
 {
-    shard_pool *sh = &tc->shard[v->pool == CCI_POOL_SMALL ? 0 : 1];
-    int64_t *all = tc->credit[CCI_POOL_ALL], *pool = tc->credit[v->pool];
     for (int k = 0; k < NKIND; k++) {
         int64_t d = v->d[k];
         sh->cur[k] += d;
         sh->inc[k] += d > 0 ? d : 0;
         sh->dec[k] += d < 0 ? -d : 0;
-        all[k] -= d;
-        pool[k] -= d;
+    }
+}
+
+// A fast path's change: into the thread's shard, and the credits follow (an increase spends
+// credit, a decrease earns it: the value moved away from its peak).
+static void delta_apply(cci_tc *tc, const delta *v)
+{
+    shard_add(&tc->shard[v->pool], v);
+    for (int k = 0; k < NKIND; k++) {
+        tc->credit[CCI_POOL_ALL][k] -= v->d[k];
+        tc->credit[v->pool][k] -= v->d[k];
     }
 }
 
@@ -395,19 +402,18 @@ static void tell_handed(cci_allocator *a)
 // Adds `sign` times a shard-shaped change to the allocator's statistics, without touching peaks:
 // folding a shard (whose increases stayed within credits under the peaks), or taking a cached
 // block's recorded free back out before the locked path counts it.
-static void stats_shift(cci_allocator *a, int pool_index_small, const int64_t *cur, const int64_t *inc,
-                        const int64_t *dec, int sign)
+static void stats_shift(cci_allocator *a, int pool, const shard_pool *sh, int sign)
 {
-    int pools[2] = {CCI_POOL_ALL, pool_index_small ? CCI_POOL_SMALL : CCI_POOL_LARGE};
+    int pools[2] = {CCI_POOL_ALL, pool};
     for (int k = 0; k < NKIND; k++)
         for (int f = 0; f < FAMILIES_PER_KIND; f++)
             for (int i = 0; i < 2; i++) {
                 cci_stat *st = kind_stat(&a->st, k, f, pools[i]);
                 if (!st)
                     continue;
-                st->current += sign * cur[k];
-                st->allocated += sign * inc[k];
-                st->freed += sign * dec[k];
+                st->current += sign * sh->cur[k];
+                st->allocated += sign * sh->inc[k];
+                st->freed += sign * sh->dec[k];
             }
 }
 
@@ -418,8 +424,8 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     if (!tc->dirty)
         return;
     tc->dirty = 0;
-    for (int p = 0; p < 2; p++)
-        stats_shift(a, p == 0, tc->shard[p].cur, tc->shard[p].inc, tc->shard[p].dec, +1);
+    stats_shift(a, CCI_POOL_SMALL, &tc->shard[CCI_POOL_SMALL], +1);
+    stats_shift(a, CCI_POOL_LARGE, &tc->shard[CCI_POOL_LARGE], +1);
     memset(tc->shard, 0, sizeof tc->shard);
 }
 
@@ -433,12 +439,9 @@ void cci__tc_drain_all(cci_allocator *a)
                 // out, and the locked free counts it again, with its merges.
                 delta v;
                 delta_of(a, b, b->requested, -1, tc->mag[c].split[i], tc->mag[c].split_bytes[i], &v);
-                int64_t inc[NKIND], dec[NKIND];
-                for (int k = 0; k < NKIND; k++) {
-                    inc[k] = v.d[k] > 0 ? v.d[k] : 0;
-                    dec[k] = v.d[k] < 0 ? -v.d[k] : 0;
-                }
-                stats_shift(a, v.pool == CCI_POOL_SMALL, v.d, inc, dec, -1);
+                shard_pool freed = {0};
+                shard_add(&freed, &v);
+                stats_shift(a, v.pool, &freed, -1);
                 cci_block **e = table_find(tc, b->addr);
                 if (e)
                     *e = TOMBSTONE;
@@ -549,7 +552,10 @@ static void log_event(cci_tc *tc, uint64_t stamp, int kind, const cci_block *b, 
     tc->log[tc->nlog++] = (tc_event){stamp, b->addr, b->size, requested, b->stream, kind};
 }
 
-int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
+// A fast path's answer when only a full log stopped it: flush, then try once more.
+#define LOG_FULL 1
+
+static int try_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
     cci_tc *tc = enter(a);
     if (!tc)
@@ -565,7 +571,7 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         if (!delta_covered(tc, &v))
             break;
         if (a->nobs && tc->nlog > LOG_EVENTS - 1) {
-            rc = CCI_TC_LOG_FULL;
+            rc = LOG_FULL;
             break;
         }
         m->n--;
@@ -583,58 +589,85 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
     return rc;
 }
 
-int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+// Puts b, freed on its own stream, into a magazine of the thread, if one has room and the change
+// is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
+static int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
+{
+    mag_class *m = NULL;
+    for (int c = 0; c < MAG_CLASSES && !m; c++)
+        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
+            m = &tc->mag[c];
+    for (int c = 0; c < MAG_CLASSES && !m; c++)
+        if (tc->mag[c].n == 0)
+            m = &tc->mag[c];
+    if (!m)
+        return CCI_ENOTOURS;
+    delta v;
+    int split;
+    int64_t split_bytes;
+    split_on_free(b, &split, &split_bytes);
+    delta_of(a, b, b->requested, -1, split, split_bytes, &v);
+    if (!delta_covered(tc, &v))
+        return CCI_ENOTOURS;
+    m->size = b->size;
+    m->stream = stream;
+    m->split[m->n] = (int8_t)split;
+    m->split_bytes[m->n] = split_bytes;
+    m->b[m->n++] = b;
+    delta_apply(tc, &v);
+    __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+    tc->dirty = 1;
+    if (a->nobs) {
+        // One stamp for both: they happen together, and the log keeps their order.
+        uint64_t t = stamp_now(a, tc);
+        log_event(tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
+        log_event(tc, t, CCI_EV_FREE_COMPLETED, b, 0);
+    }
+    return CCI_OK;
+}
+
+static int try_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 {
     cci_tc *tc = enter(a);
     if (!tc)
         return CCI_ENOTOURS;
-    int rc = CCI_ENOTOURS;
     cci_block **e = table_find(tc, ptr);
     cci_block *b = e ? *e : NULL;
-    if (b && b->state == BLOCK_ALLOCATED && b->stream == stream && a->nobs && tc->nlog > LOG_EVENTS - 2) {
-        rc = CCI_TC_LOG_FULL;
-    } else if (b && b->state == BLOCK_ALLOCATED && b->stream == stream) {
-        mag_class *m = NULL;
-        for (int c = 0; c < MAG_CLASSES && !m; c++)
-            if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
-                m = &tc->mag[c];
-        for (int c = 0; c < MAG_CLASSES && !m; c++)
-            if (tc->mag[c].n == 0)
-                m = &tc->mag[c];
-        delta v;
-        int split;
-        int64_t split_bytes;
-        split_on_free(b, &split, &split_bytes);
-        delta_of(a, b, b->requested, -1, split, split_bytes, &v);
-        if (m && delta_covered(tc, &v)) {
-            m->size = b->size;
-            m->stream = stream;
-            m->split[m->n] = (int8_t)split;
-            m->split_bytes[m->n] = split_bytes;
-            m->b[m->n++] = b;
-            delta_apply(tc, &v);
-            __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
-            tc->dirty = 1;
-            if (a->nobs) {
-                // One stamp for both: they happen together, and the log keeps their order.
-                uint64_t t = stamp_now(a, tc);
-                log_event(tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
-                log_event(tc, t, CCI_EV_FREE_COMPLETED, b, 0);
-            }
-            rc = CCI_OK;
-        }
-    }
+    int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
+             : a->nobs && tc->nlog > LOG_EVENTS - 2                   ? LOG_FULL
+                                                                      : cache_block(a, tc, b, stream);
     leave(tc);
     return rc;
 }
 
-// ---- the locked side ------------------------------------------------------------------------------
-
-void cci__tc_flush(cci_allocator *a)
+// A stop that only hands the logs to the observers and folds the statistics (no block moves).
+static void flush(cci_allocator *a)
 {
     cci__lock(a);
     cci__unlock(a);
 }
+
+int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
+{
+    int rc = try_alloc(a, rounded, requested, stream, out);
+    if (rc == LOG_FULL) {
+        flush(a);
+        rc = try_alloc(a, rounded, requested, stream, out);
+    }
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
+int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+{
+    int rc = try_free(a, ptr, stream);
+    if (rc == LOG_FULL) {
+        flush(a);
+        rc = try_free(a, ptr, stream);
+    }
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
+// ---- the locked side ------------------------------------------------------------------------------
 
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {

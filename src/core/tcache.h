@@ -28,13 +28,10 @@ void cci__lock(cci_allocator *a);
 void cci__unlock(cci_allocator *a);
 
 /// The fast paths. CCI_OK when served; CCI_ENOTOURS when not (no cache, a miss, no credit, a
-/// stop in progress): the caller takes the locked path, which gives the same answer;
-/// CCI_TC_LOG_FULL: served it could be, but the event log is full: cci__tc_flush, then again.
-#define CCI_TC_LOG_FULL 1
+/// stop in progress): the caller takes the locked path, which gives the same answer. A full
+/// event log is flushed (a stop that moves no block) and the fast path tried once more.
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out);
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
-/// A stop that only hands the logs to the observers and folds the statistics (no block moves).
-void cci__tc_flush(cci_allocator *a);
 /// Lock held: every magazine block goes back to the free set (merged with its free neighbours),
 /// so that the policy decides on the state it would have without the caches. Called where the
 /// policy searches or shows the free set: allocations on the locked path, empty_cache, reset,
