@@ -178,25 +178,31 @@ static int delta_covered(const cci_tc *tc, const delta *v)
     return 1;
 }
 
-// Adds v to a shard: the figures move and their totals grow. Branch-free: it runs twice a pair.
+// One figure of a shard moves by d, and its running totals follow. Branch-free: a fast pair
+// calls it a dozen times.
+static inline void shard_move(shard_pool *sh, int k, int64_t d)
+{
+    sh->cur[k] += d;
+    sh->inc[k] += d > 0 ? d : 0;
+    sh->dec[k] += d < 0 ? -d : 0;
+}
+
 static void shard_add(shard_pool *sh, const delta *v)
 {
-    for (int k = 0; k < NKIND; k++) {
-        int64_t d = v->d[k];
-        sh->cur[k] += d;
-        sh->inc[k] += d > 0 ? d : 0;
-        sh->dec[k] += d < 0 ? -d : 0;
-    }
+    for (int k = 0; k < NKIND; k++)
+        shard_move(sh, k, v->d[k]);
 }
 
 // A fast path's change: into the thread's shard, and the credits follow (an increase spends
 // credit, a decrease earns it: the value moved away from its peak).
 static void delta_apply(cci_tc *tc, const delta *v)
 {
-    shard_add(&tc->shard[v->pool], v);
+    shard_pool *sh = &tc->shard[v->pool];
+    int64_t *all = tc->credit[CCI_POOL_ALL], *pool = tc->credit[v->pool];
     for (int k = 0; k < NKIND; k++) {
-        tc->credit[CCI_POOL_ALL][k] -= v->d[k];
-        tc->credit[v->pool][k] -= v->d[k];
+        shard_move(sh, k, v->d[k]);
+        all[k] -= v->d[k];
+        pool[k] -= v->d[k];
     }
 }
 
@@ -555,7 +561,7 @@ static void log_event(cci_tc *tc, uint64_t stamp, int kind, const cci_block *b, 
 // A fast path's answer when only a full log stopped it: flush, then try once more.
 #define LOG_FULL 1
 
-static int try_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
+static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
     cci_tc *tc = enter(a);
     if (!tc)
@@ -591,7 +597,7 @@ static int try_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_
 
 // Puts b, freed on its own stream, into a magazine of the thread, if one has room and the change
 // is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
-static int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
+static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
 {
     mag_class *m = NULL;
     for (int c = 0; c < MAG_CLASSES && !m; c++)
@@ -626,7 +632,7 @@ static int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stre
     return CCI_OK;
 }
 
-static int try_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 {
     cci_tc *tc = enter(a);
     if (!tc)
