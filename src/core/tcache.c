@@ -210,7 +210,7 @@ static void delta_apply(cci_tc *tc, const delta *v)
 
 static size_t slot_of(uintptr_t addr, size_t cap)
 {
-    return (size_t)(((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+    return (size_t)(cci_addr_mix(addr) >> 32) & (cap - 1);
 }
 
 static cci_block **table_find(cci_tc *tc, uintptr_t addr)
