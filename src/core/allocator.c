@@ -692,10 +692,7 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
                                                                  : CCI_FREE_DEFERRED;
     notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, how);
     if (how == CCI_FREE_NOW) {
-        HASH_DELETE(hh, a->live, b);
-        size_t size = b->size;
-        free_block(a, b);
-        notify(a, CCI_EV_FREE_COMPLETED, stream, ptr, size, 0);
+        cci__complete_block(a, b);  // freed on its own stream: reusable at once
     } else if (how == CCI_FREE_FENCED) {
         cci__fenced_free(a, b);
     } else if (how == CCI_FREE_HELD) {
