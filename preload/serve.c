@@ -71,35 +71,47 @@ cci_free_mode cci_serve_sync_free_mode(void)
     return CCI_FREE_FENCED;
 }
 
-// A free whose owner the address map could not name (a chunk two devices share, or a map that
-// is incomplete): the allocator of the device this thread used last first, then every other.
-static int release_by_scan(uintptr_t p, uint64_t stream, cci_free_mode mode)
+// Asks the allocator that owns p, named by the address map without a lock: its "not ours" is
+// final, and memory in no chunk of ours goes back to CUDA without taking any allocator's lock.
+// Where the map cannot tell (a chunk two devices share, or a map left incomplete), every
+// allocator in turn until one knows p, the one this thread allocated from last first.
+static inline int ask_owner(uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t p, void *arg), void *arg)
 {
-    cci_log(CCI_LOG_DEBUG, "free of %#" PRIxPTR ": the address map cannot name its owner; asking "
-            "each device's allocator", p);
+    int owner = cci_addr_map_device(p);
+    if (__builtin_expect(owner >= 0, 1)) {
+        cci_allocator *a = cci_state_allocator_peek(owner);
+        return a ? ask(a, p, arg) : CCI_ENOTOURS;
+    }
+    if (owner == CCI_ADDR_NOT_OURS)
+        return CCI_ENOTOURS;
+    cci_log(CCI_LOG_DEBUG, "%#" PRIxPTR ": the address map cannot name its owner; asking each device's "
+            "allocator", p);
     int hint = last_device;
     cci_allocator *a = cci_state_allocator_peek(hint);
-    int rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
+    int rc = a ? ask(a, p, arg) : CCI_ENOTOURS;
     for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
         if (d != hint && (a = cci_state_allocator_peek(d)))
-            rc = cci_free(a, p, stream, mode);
+            rc = ask(a, p, arg);
     }
     return rc;
+}
+
+struct free_args {
+    uint64_t stream;
+    cci_free_mode mode;
+};
+
+static int ask_free(cci_allocator *a, uintptr_t p, void *arg)
+{
+    const struct free_args *f = arg;
+    return cci_free(a, p, f->stream, f->mode);
 }
 
 int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
                       cci_free_mode mode)
 {
-    // The map names the one allocator that can own p: its "not ours" is final, and memory in no
-    // chunk of ours goes to CUDA without taking any allocator's lock.
-    int owner = cci_addr_map_device(p);
-    int rc;
-    if (__builtin_expect(owner >= 0, 1)) {
-        cci_allocator *a = cci_state_allocator_peek(owner);
-        rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
-    } else {
-        rc = owner == CCI_ADDR_NOT_OURS ? CCI_ENOTOURS : release_by_scan(p, stream, mode);
-    }
+    struct free_args f = {stream, mode};
+    int rc = ask_owner(p, ask_free, &f);
     if (__builtin_expect(rc == CCI_EINVAL, 0))
         cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): not the start of a live block (double free, "
                 "or a pointer inside a block); returning %s, the allocator is unchanged", fn, p,
@@ -107,23 +119,22 @@ int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
     return rc;
 }
 
+struct info_args {
+    uintptr_t *block, *segment;
+    size_t *block_size, *segment_size;
+};
+
+static int ask_info(cci_allocator *a, uintptr_t p, void *arg)
+{
+    const struct info_args *i = arg;
+    return cci_block_info(a, p, i->block, i->block_size, i->segment, i->segment_size);
+}
+
 int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                          size_t *segment_size)
 {
-    int owner = cci_addr_map_device(p);
-    if (owner >= 0) {
-        cci_allocator *a = cci_state_allocator_peek(owner);
-        return a ? cci_block_info(a, p, block, block_size, segment, segment_size) : CCI_ENOTOURS;
-    }
-    if (owner == CCI_ADDR_NOT_OURS)
-        return CCI_ENOTOURS;
-    int rc = CCI_ENOTOURS;
-    for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
-        cci_allocator *a = cci_state_allocator_peek(d);
-        if (a)
-            rc = cci_block_info(a, p, block, block_size, segment, segment_size);
-    }
-    return rc;
+    struct info_args i = {block, segment, block_size, segment_size};
+    return ask_owner(p, ask_info, &i);
 }
 
 int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
