@@ -40,14 +40,21 @@ def ratio(a, b):
     return f"{a / b:.1f}x" if a and b else "-"
 
 
-def run_config(label, exe, api, preload, env_extra, args, log_dir):
+def bench_env(args, preload, env_extra):
+    """The environment of one benchmark process: ours (args.preload) only when `preload`, the
+    fake's libraries first when args.libdir is set, then the configuration's own variables."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if args.libdir:
         env["LD_LIBRARY_PATH"] = args.libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     if preload:
         env["LD_PRELOAD"] = os.path.abspath(args.preload)
-    env.update(env_extra)
+    env.update(env_extra or {})
+    return env
+
+
+def run_config(label, exe, api, preload, env_extra, args, log_dir):
+    env = bench_env(args, preload, env_extra)
     cmd = [exe, "--api", api, "--label", label] + (["--quick"] if args.quick else [])
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)

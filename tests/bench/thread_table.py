@@ -23,6 +23,8 @@ import re
 import subprocess
 import sys
 
+from alloc_table import bench_env  # the same process environment as the per-size table
+
 SERVED = re.compile(r"^ccinterpose: loaded, served (\d+) allocations", re.M)
 IMMEDIATE = {"CCI_ALLOC_CONF": "immediate_reuse:True"}
 
@@ -54,13 +56,7 @@ def run(args, exe, api, threads, preload=False, env_extra=None, label=""):
 
 
 def run_once(args, exe, api, threads, preload, env_extra, label):
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    if args.libdir:
-        env["LD_LIBRARY_PATH"] = args.libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    if preload:
-        env["LD_PRELOAD"] = os.path.abspath(args.preload)
-    env.update(env_extra or {})
+    env = bench_env(args, preload, env_extra)
     cmd = [exe, "--api", api, "--threads", ",".join(map(str, threads)), "--budget-ms", str(args.budget_ms),
            "--label", label]
     try:

@@ -29,9 +29,10 @@ RT_API cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int p
     return fcrt_ret_drv(D.cuDeviceCanAccessPeer(canAccessPeer, device, peerDevice));
 }
 
-/* The current device may from now on access peerDevice's memory: the
- * driver's peer access from the current context to the peer's primary one. */
-RT_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+/* cudaDevice{Enable,Disable}PeerAccess: whether the current device may access
+ * peerDevice's memory from now on: the driver's peer access from the current
+ * context to the peer's primary one. */
+static cudaError_t peer_call(int peerDevice, int enable, unsigned int flags)
 {
     cudaError_t e = fcrt_enter(NULL);
     if (e || (e = check_device(peerDevice)))
@@ -39,18 +40,17 @@ RT_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags
     CUcontext peer = NULL;
     if ((e = fcrt_primary(peerDevice, &peer)))
         return fcrt_ret(e);
-    return fcrt_ret_drv(D.cuCtxEnablePeerAccess(peer, flags));
+    return fcrt_ret_drv(enable ? D.cuCtxEnablePeerAccess(peer, flags) : D.cuCtxDisablePeerAccess(peer));
+}
+
+RT_API cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+    return peer_call(peerDevice, 1, flags);
 }
 
 RT_API cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
-    cudaError_t e = fcrt_enter(NULL);
-    if (e || (e = check_device(peerDevice)))
-        return fcrt_ret(e);
-    CUcontext peer = NULL;
-    if ((e = fcrt_primary(peerDevice, &peer)))
-        return fcrt_ret(e);
-    return fcrt_ret_drv(D.cuCtxDisablePeerAccess(peer));
+    return peer_call(peerDevice, 0, 0);
 }
 
 RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
