@@ -593,10 +593,19 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     cci__lock(a);
-    cci__tc_drain_all(a);
+    cci__tc_drain_mine(a);
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
+    size_t fit = b ? b->size : SIZE_MAX;
+    if (a->tcs && fit != rounded && cci__tc_fitting_cached(a, stream, small, rounded, fit)) {
+        // Another thread's magazine holds a closer fit: with it back in the free set, the policy
+        // chooses as it would without the caches.
+        if (b)
+            cci_tree_insert(&a->free_tree[small], b);
+        cci__tc_drain_fitting(a, stream, small, rounded, fit);
+        b = take_free_block(a, rounded, small, stream);
+    }
     if (b && a->fenced_count && b->size >= FENCED_FIT_FACTOR * rounded)
         b = better_fit_after_fences(a, b, rounded, small, stream);
     if (!b && a->fenced_count)

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -20,6 +21,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
 #define LOG_EVENTS 2048  // events kept for the observers between two stops (2 x 96 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
+#define OWNER_WAIT_SPINS 1024  // pauses before a lock holder waiting for a fast path yields its CPU
 
 // The statistics a fast path changes, grouped by how they move: a fast path changes the
 // allocation and active counts together, the allocated and active bytes together, and each pool's
@@ -57,6 +59,7 @@ struct cci_tc {
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
     int nlog, nhanded, told;
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
+    int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
     uint64_t last_stamp;
 };
 
@@ -82,9 +85,9 @@ static pthread_key_t exit_key;
 // that emptied every log), a count keeps its events in order for nothing. The time-stamp counter
 // costs 21 ns a read on the H100 host's virtual machine; where it is not there, the monotonic
 // clock.
-static uint64_t stamp_now(const cci_allocator *a, cci_tc *tc)
+static uint64_t stamp_now(cci_tc *tc)
 {
-    if (!a->tcs->next)
+    if (tc->alone)  // its own copy: the list head's line is another thread's hot gate
         return ++tc->last_stamp;
 #if defined(__x86_64__) || defined(__i386__)
     uint64_t t = __builtin_ia32_rdtsc();
@@ -280,6 +283,13 @@ static cci_tc *my_cache(const cci_allocator *a)
     return NULL;
 }
 
+// Lock held, whenever the list changes.
+static void note_alone(cci_allocator *a)
+{
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+        tc->alone = a->tcs == tc && !tc->next;
+}
+
 static void unlink_cache(cci_allocator *a, cci_tc *tc)
 {
     for (cci_tc **p = &a->tcs; *p; p = &(*p)->next)
@@ -318,6 +328,7 @@ static void on_thread_exit(void *unused)
                 if (tc->table[j] && tc->table[j] != TOMBSTONE)
                     tc->table[j]->owner = NULL;
             unlink_cache(a, tc);
+            note_alone(a);
             tc->a = NULL;
             cci__unlock(a);
         }
@@ -360,6 +371,7 @@ static cci_tc *attach_cache(cci_allocator *a)
     tc->a = a;
     tc->next = a->tcs;
     a->tcs = tc;
+    note_alone(a);
     slots[free_slot] = (struct tls_slot){a, a->uid, tc};
     return tc;
 }
@@ -435,29 +447,81 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     memset(tc->shard, 0, sizeof tc->shard);
 }
 
+// One magazine class's blocks back to the free set. Lock held.
+static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
+{
+    mag_class *m = &tc->mag[c];
+    for (int i = 0; i < m->n; i++) {
+        cci_block *b = m->b[i];
+        // Counted as freed when it entered the magazine (folded since): that count comes out,
+        // and the locked free counts it again, with its merges.
+        delta v;
+        delta_of(a, b, b->requested, -1, m->split[i], m->split_bytes[i], &v);
+        shard_pool freed = {0};
+        shard_add(&freed, &v);
+        stats_shift(a, v.pool, &freed, -1);
+        cci_block **e = table_find(tc, b->addr);
+        if (e)
+            *e = TOMBSTONE;
+        b->owner = NULL;
+        b->state = BLOCK_ALLOCATED;
+        cci__release_cached(a, b);
+    }
+    size_t n = (size_t)m->n;
+    m->n = 0;
+    return n;
+}
+
+static void drain_cache(cci_allocator *a, cci_tc *tc)
+{
+    for (int c = 0; c < MAG_CLASSES; c++)
+        drain_class(a, tc, c);
+}
+
 void cci__tc_drain_all(cci_allocator *a)
 {
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+        drain_cache(a, tc);
+}
+
+void cci__tc_drain_mine(cci_allocator *a)
+{
+    cci_tc *tc = my_cache(a);
+    if (tc)
+        drain_cache(a, tc);
+}
+
+// A magazine class of another thread that holds blocks able to serve `rounded` on `stream` in
+// the pool, smaller than `than` (the free set's own best fit, or SIZE_MAX without one).
+static int class_fits(const mag_class *m, uint64_t stream, int small, size_t rounded, size_t than)
+{
+    return m->n && m->stream == stream && m->size >= rounded && m->size < than &&
+           cci_is_small(m->size) == small;
+}
+
+int cci__tc_fitting_cached(const cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than)
+{
+    const cci_tc *mine = my_cache(a);
+    for (const cci_tc *tc = a->tcs; tc; tc = tc->next)
+        if (tc != mine)
+            for (int c = 0; c < MAG_CLASSES; c++)
+                if (class_fits(&tc->mag[c], stream, small, rounded, than))
+                    return 1;
+    return 0;
+}
+
+size_t cci__tc_drain_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than)
+{
+    cci_tc *mine = my_cache(a);
+    size_t drained = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-        for (int c = 0; c < MAG_CLASSES; c++) {
-            for (int i = 0; i < tc->mag[c].n; i++) {
-                cci_block *b = tc->mag[c].b[i];
-                // Counted as freed when it entered the magazine (folded since): that count comes
-                // out, and the locked free counts it again, with its merges.
-                delta v;
-                delta_of(a, b, b->requested, -1, tc->mag[c].split[i], tc->mag[c].split_bytes[i], &v);
-                shard_pool freed = {0};
-                shard_add(&freed, &v);
-                stats_shift(a, v.pool, &freed, -1);
-                cci_block **e = table_find(tc, b->addr);
-                if (e)
-                    *e = TOMBSTONE;
-                b->owner = NULL;
-                b->state = BLOCK_ALLOCATED;
-                cci__release_cached(a, b);
-            }
-            tc->mag[c].n = 0;
-        }
+        if (tc == mine)
+            continue;
+        for (int c = 0; c < MAG_CLASSES; c++)
+            if (class_fits(&tc->mag[c], stream, small, rounded, than))
+                drained += drain_class(a, tc, c);
     }
+    return drained;
 }
 
 void cci__lock(cci_allocator *a)
@@ -465,16 +529,19 @@ void cci__lock(cci_allocator *a)
     pthread_mutex_lock(&a->lock);
     if (!a->tcs)
         return;
+    unsigned spins = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         int open = GATE_OPEN;
         while (!atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_STOPPED, memory_order_acquire,
                                                       memory_order_relaxed)) {
             if (open == GATE_STOPPED)
                 break;  // joined the list stopped (attach_cache)
-            open = GATE_OPEN;  // its owner is inside a fast path: tens of nanoseconds
+            open = GATE_OPEN;  // its owner is inside a fast path: tens of nanoseconds ...
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
+            if (++spins % OWNER_WAIT_SPINS == 0)
+                sched_yield();  // ... unless it lost its CPU there (more threads than cores)
         }
     }
     swap_logs(a);
@@ -541,14 +608,30 @@ int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, 
 
 // ---- the fast paths ---------------------------------------------------------------------------
 
+// How long a fast path waits for a stop to end before it takes the locked path instead. A stop
+// that only folds statistics and swaps logs lasts a few microseconds; one that runs the policy
+// (a locked allocation that reserves a segment) can take far longer, and then the mutex, which
+// sleeps, is the better wait. Falling to the locked path on every stop is what made threads
+// slow each other down: each locked call stops every cache, so the others fell to the locked
+// path in turn, and the stops never ended while more than one thread ran.
+#define STOP_WAIT_SPINS 4096
+
 static cci_tc *enter(cci_allocator *a)
 {
     cci_tc *tc = my_cache(a);
-    int open = GATE_OPEN;
-    if (!tc || !atomic_compare_exchange_strong_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
-                                                        memory_order_relaxed))
+    if (!tc)
         return NULL;
-    return tc;
+    for (int spins = 0;; spins++) {
+        int open = GATE_OPEN;
+        if (atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return tc;
+        if (spins >= STOP_WAIT_SPINS)
+            return NULL;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
 }
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
@@ -586,7 +669,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         b->requested = requested;
         tc->dirty = 1;
         if (a->nobs)
-            log_event(tc, stamp_now(a, tc), CCI_EV_ALLOC, b, requested);
+            log_event(tc, stamp_now(tc), CCI_EV_ALLOC, b, requested);
         *out = b->addr;
         rc = CCI_OK;
         break;
@@ -625,7 +708,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     tc->dirty = 1;
     if (a->nobs) {
         // One stamp for both: they happen together, and the log keeps their order.
-        uint64_t t = stamp_now(a, tc);
+        uint64_t t = stamp_now(tc);
         log_event(tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
         log_event(tc, t, CCI_EV_FREE_COMPLETED, b, 0);
     }

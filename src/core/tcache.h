@@ -6,9 +6,10 @@
 // rounded size on that stream takes it back without the allocator lock. Nothing else changes:
 //   - every critical section of the allocator (cci__lock) first brings every thread cache to a
 //     stop and folds its statistics into the allocator's; its events reach the observers, in time
-//     order, at the unlock. Before the policy searches the free set (an allocation on the locked
-//     path, empty_cache, a layout) the magazine blocks go back to it (cci__tc_drain_all), so the
-//     policy decides on the free set it would have without the caches;
+//     order, at the unlock. Before the policy searches the free set, the magazine blocks that
+//     could change its choice go back to it (a locked allocation: the caller's own, and the other
+//     threads' that fit the request better than the free set's best; empty_cache, a layout: all),
+//     so the policy decides as it would without the caches;
 //   - statistics are exact, peaks included: a thread may raise a statistic without the lock only
 //     within a credit, and the credits of all threads never exceed the distance between the
 //     current value and its peak (recomputed at every unlock). So no increase made without the
@@ -38,6 +39,15 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 /// layouts and checks, a thread's exit. Other stops (frees, statistics, log flushes) leave the
 /// magazines alone: their blocks already count as freed.
 void cci__tc_drain_all(cci_allocator *a);
+/// Lock held: the calling thread's magazine blocks only. A locked allocation starts with these,
+/// and takes the other threads' blocks only when one of them fits the request better than the
+/// free set's best (cci__tc_drain_fitting): draining every thread at every locked allocation made
+/// one thread's miss empty the others' magazines, so that their next allocations missed too.
+void cci__tc_drain_mine(cci_allocator *a);
+/// Lock held: whether another thread's magazine holds a block on `stream` in the pool `small`
+/// that can hold `rounded` and is smaller than `than`; and those blocks back to the free set.
+int cci__tc_fitting_cached(const cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than);
+size_t cci__tc_drain_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than);
 
 // Lock held.
 /// The calling thread was handed `b` by the locked path: it may free it on its fast path.

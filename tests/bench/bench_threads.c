@@ -21,6 +21,7 @@
 //            cudaFreeAsync, and cudaFree in immediate_reuse
 //
 // --pairs N: a fixed count per thread instead of the time budget (repeatable runs under callgrind).
+// --thread-cache 0|1: the core build's per-thread caches (default 1, as the preload's default).
 // --no-streams: create no stream (a program without streams: the hooks' cudaFree is then reusable
 // at once). Prints one line per thread count, then one JSON line (starting with '{').
 #ifndef _GNU_SOURCE
@@ -52,10 +53,14 @@ static const char *const api_names[] = {"malloc", "async", "driver", "core-fence
 static enum api api = API_MALLOC;
 static size_t pair_size = 64 * BU_KiB;
 static int use_streams = 1;
+static int thread_cache = 1;  // the core build: per-thread caches on, as in the preload
 static atomic_int stop_flag;
 
+// Each worker on cache lines of its own: the loop writes `error` every pair, and workers side by
+// side in one array would make every thread's pair miss on its neighbours' writes (false sharing
+// that had made every path, CUDA's own included, look as if it did not scale).
 typedef struct worker {
-    pthread_t tid;
+    _Alignas(128) pthread_t tid;
     int index;
     long fixed_pairs;  // > 0: run exactly this many; 0: until stop_flag
     pthread_barrier_t *start;
@@ -81,6 +86,8 @@ static int global_setup(void)
     cci_config cfg;
     cci_config_default(&cfg);
     core = sim ? cci_allocator_create(0, &cfg, cci_sim_backend(sim)) : NULL;
+    if (core)
+        cci_allocator_thread_cache(core, thread_cache);
     if (!core)
         fprintf(stderr, "bench_threads: out of host memory\n");
     return core ? 0 : 1;
@@ -339,7 +346,8 @@ static int parse_threads(const char *s, int *out, int max)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_threads --api malloc|async|driver|core-fenced|core-now [--threads LIST]\n"
-                    "       [--budget-ms N] [--pairs N] [--size BYTES] [--no-streams] [--label TEXT]\n");
+                    "       [--budget-ms N] [--pairs N] [--size BYTES] [--no-streams] [--thread-cache 0|1]\n"
+                    "       [--label TEXT]\n");
     return 2;
 }
 
@@ -377,6 +385,8 @@ int main(int argc, char **argv)
             fixed_pairs = strtol(v, NULL, 10);
         } else if (!strcmp(a, "--size")) {
             pair_size = strtoull(v, NULL, 10);
+        } else if (!strcmp(a, "--thread-cache")) {
+            thread_cache = atoi(v) != 0;
         } else if (!strcmp(a, "--label")) {
             label = v;
         } else {

@@ -138,13 +138,19 @@ struct ptds_shared {
 static void *ptds_writer(void *arg)
 {
     struct ptds_shared *sh = arg;
+    // The filler takes the rest of p's segment, so that only p can serve the other thread's
+    // request without a new segment: where p is reusable at once (the unsafe controls), the other
+    // thread gets p whether or not p sits in this thread's cache, and the late write shows.
+    void *filler;
     CUDA_OK(cudaMalloc(&sh->p, N));
+    CUDA_OK(cudaMalloc(&filler, N));
     CUDA_OK(fakecuda_stream_hold(cudaStreamPerThread, 1));
     late_write(sh->p, cudaStreamPerThread);
     CUDA_OK(cudaFree(sh->p));
     pthread_barrier_wait(&sh->freed);
     // Stay alive: a thread's exit retires its per-thread stream, which releases the held work.
     pthread_barrier_wait(&sh->checked);
+    CUDA_OK(cudaFree(filler));
     return NULL;
 }
 
