@@ -19,7 +19,6 @@ import threading
 import time
 
 NVML_SUCCESS = 0
-NVML_ERROR_INSUFFICIENT_SIZE = 7
 NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1   # usedGpuMemory when the driver cannot tell
 MAX_PROCESSES = 64
 
@@ -98,7 +97,7 @@ class Device:
         infos = (self.struct * MAX_PROCESSES)()
         rc = self.procs(self.handle, ctypes.byref(count), infos)
         if rc != NVML_SUCCESS:
-            return None   # NVML_ERROR_INSUFFICIENT_SIZE too: 64 processes on one GPU is not our case
+            return None   # also when more than 64 processes share the GPU: not a case we measure
         return [(i.pid, None if i.usedGpuMemory == NVML_VALUE_NOT_AVAILABLE else i.usedGpuMemory)
                 for i in infos[:count.value]]
 
