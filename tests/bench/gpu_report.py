@@ -389,7 +389,10 @@ def ddp(out):
     configs = os.environ.get("CONFIGS", "native ours ours-immediate").split()
     runs = {c: load_rounds(out, f"ddp-{c}", "workload") for c in configs}
     native = {r: x for r, x in (runs.get("native") or load_rounds(out, "ddp-native", "workload")).items() if x}
-    bad = check_result_sums("ddp", runs)
+    sums = dict(runs)
+    if os.path.exists(os.path.join(out, "ddp-stacks.log")):   # the untimed call-site run must agree too
+        sums["stacks"] = {1: last_json(os.path.join(out, "ddp-stacks.log"), "workload")}
+    bad = check_result_sums("ddp", sums)
     world = next((x["world"] for x in native.values()), None)
     nrounds = max([0] + [len(r) for r in runs.values()])
     print(f"DDP encoder, {world or '?'} GPUs, {nrounds} round(s) (order rotated each round): wall time against native")

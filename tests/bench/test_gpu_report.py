@@ -222,6 +222,9 @@ with tempfile.TemporaryDirectory() as d:
     check("rank 0: reserved 1200 MiB, live 1000 MiB: PyTorch 700 MiB, other callers 250 MiB "
           "(libnccl.so.2 200, libcublasLt.so.13 50), smaller sites not kept 50 MiB" in out, "callers line of rank 0")
     check("rank 1: n/a (report-ddp-stacks-rank1.json:" in out and rc == 0, "an unreadable stacks report is n/a")
+    write(d, "ddp-stacks.log", ddp_line(1.9, 2.5, [1050, 1000], None))
+    rc, out = report("ddp", d, "native ours")
+    check(rc == 1 and "FAILED: ddp/stacks round 1: result_sum 2.5" in out, "the stacks run's result_sum is checked too")
 
 print(f"{len(failures)} failure(s)" if failures else "all report checks passed")
 sys.exit(1 if failures else 0)
