@@ -10,78 +10,105 @@
 #   4. runs torch_workloads.py (encoder, resnet, seedfrag) with PyTorch's allocator (native and
 #      expandable segments) and with PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the preload in each of
 #      its modes: result_sum must be identical everywhere;
-#   5. prints the table: peak reserved memory and wall time of every configuration against native.
-# Exit status 1 on any mismatch or failed step. About 5-8 minutes on an H100.
+#      REPEATS rounds, every configuration once per round in a rotated order;
+#   5. prints the tables (tests/bench/gpu_report.py check): peak reserved memory (median and max
+#      over the rounds) and wall time of every configuration against native, then the wall-time
+#      verdicts against issue 12's 3 % target (median, spread, ratio of medians, paired ratio).
+# Exit status 1 on any mismatch or failed step. It prints its total time; a round that would not
+# fit before the deadline (CCI_DEADLINE, gpu-common.sh) is not started, and the tables say how many
+# rounds ran.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS (path to
-# torch_workloads.py), NVCC, PYTHON.
+# Environment: OUT (default build-gpu/out/), STEPS (default 10), REPEATS (rounds of the torch
+# workloads, default 3), CONFIGS (configurations, below), WORKLOADS (default: encoder resnet
+# seedfrag), CHECK_PARTS (default: examples hazards torch; e.g. CHECK_PARTS=torch for the timing
+# alone), TORCH_WORKLOADS (path to torch_workloads.py), NVCC, PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
 STEPS=${STEPS:-10}
+REPEATS=${REPEATS:-3}
+WORKLOADS=${WORKLOADS:-encoder resnet seedfrag}
+CONFIGS=${CONFIGS:-native native-expandable ours ours-immediate ours-expandable ours-compact}
+CHECK_PARTS=${CHECK_PARTS:-examples hazards torch}
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { cci_say "REPEATS=$REPEATS: expected a whole number from 1"; exit 1; }
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] || { cci_say "STEPS=$STEPS: expected a whole number from 1"; exit 1; }
+part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
+for c in $CONFIGS; do
+    case $c in
+        native | native-expandable | ours | ours-immediate | ours-expandable | ours-compact) ;;
+        *) cci_say "CONFIGS: unknown configuration '$c'"; exit 1 ;;
+    esac
+done
+[[ -n ${CONFIGS// /} ]] || { cci_say "CONFIGS is empty"; exit 1; }
 status=0
+: >"$OUT/summary.txt"
 
 cci_find_nvcc || exit 1
 cci_gpu_banner
 cci_build_preload || exit 1
-for ex in seedfrag pipeline asyncloop; do
-    cci_nvcc "$ex" "examples/$ex.c" || status=1
-done
-cci_say "built the examples into $CCI_BIN"
+if part_on examples; then
+    for ex in seedfrag pipeline asyncloop; do
+        cci_nvcc "$ex" "examples/$ex.c" || status=1
+    done
+    cci_say "built the examples into $CCI_BIN"
+fi
 
 # ---- examples ------------------------------------------------------------------------------
-: >"$OUT/examples.txt"
-run_example() {  # NAME BINARY EXPECT [extra compare_checksums.py args]
-    local name=$1 bin=$2 expect=$3
-    shift 3
-    [[ -x $bin ]] || { echo "RESULT $name: FAIL not built" >>"$OUT/examples.txt"; status=1; return; }
-    cci_run 150 "$OUT/examples/$name.compare.log" "$PYTHON" examples/compare_checksums.py \
-        --preload "$CCI_PRELOAD" --expect-served "$expect" --timeout 60 --log-dir "$OUT/examples" \
-        --name "$name" "$@" "$bin" || status=1
-    grep '^RESULT' "$OUT/examples/$name.compare.log" >>"$OUT/examples.txt" ||
-        echo "RESULT $name: FAIL (no result, see examples/$name.compare.log)" >>"$OUT/examples.txt"
-}
-mkdir -p "$OUT/examples"
-for ex in seedfrag pipeline asyncloop; do
-    run_example "$ex.shared" "$CCI_BIN/$ex.shared" yes
-    run_example "$ex.static" "$CCI_BIN/$ex.static" any
-done
-# Both virtual-memory modes: the same checksums as natively.
-for ex in seedfrag pipeline asyncloop; do
-    run_example "$ex.shared.expandable" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=expandable_segments:True
-    run_example "$ex.shared.compact" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=compact_segments:True
-done
-# Single-stream programs are safe in the immediate-reuse mode too.
-for ex in seedfrag asyncloop; do
-    run_example "$ex.shared.immediate" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=immediate_reuse:True
-done
-{
-    echo "Examples: checksum natively vs under the preload; allocations the program made; served by the preload"
-    sed 's/^RESULT /    /' "$OUT/examples.txt"
-} | tee "$OUT/summary.txt"
+if part_on examples; then
+    : >"$OUT/examples.txt"
+    run_example() {  # NAME BINARY EXPECT [extra compare_checksums.py args]
+        local name=$1 bin=$2 expect=$3
+        shift 3
+        [[ -x $bin ]] || { echo "RESULT $name: FAIL not built" >>"$OUT/examples.txt"; status=1; return; }
+        cci_run 150 "$OUT/examples/$name.compare.log" "$PYTHON" examples/compare_checksums.py \
+            --preload "$CCI_PRELOAD" --expect-served "$expect" --timeout 60 --log-dir "$OUT/examples" \
+            --name "$name" "$@" "$bin" || status=1
+        grep '^RESULT' "$OUT/examples/$name.compare.log" >>"$OUT/examples.txt" ||
+            echo "RESULT $name: FAIL (no result, see examples/$name.compare.log)" >>"$OUT/examples.txt"
+    }
+    mkdir -p "$OUT/examples"
+    for ex in seedfrag pipeline asyncloop; do
+        run_example "$ex.shared" "$CCI_BIN/$ex.shared" yes
+        run_example "$ex.static" "$CCI_BIN/$ex.static" any
+    done
+    # Both virtual-memory modes: the same checksums as natively.
+    for ex in seedfrag pipeline asyncloop; do
+        run_example "$ex.shared.expandable" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=expandable_segments:True
+        run_example "$ex.shared.compact" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=compact_segments:True
+    done
+    # Single-stream programs are safe in the immediate-reuse mode too.
+    for ex in seedfrag asyncloop; do
+        run_example "$ex.shared.immediate" "$CCI_BIN/$ex.shared" yes --env CCI_ALLOC_CONF=immediate_reuse:True
+    done
+    {
+        echo "Examples: checksum natively vs under the preload; allocations the program made; served by the preload"
+        sed 's/^RESULT /    /' "$OUT/examples.txt"
+    } | tee -a "$OUT/summary.txt"
+fi
 
 # ---- reuse hazards on the real GPU ------------------------------------------------------------
-# tests/gpu/hazard_gpu.cu: natively and under the preload every scenario must be intact; with
-# immediate_reuse:True (unsafe by design) the cross-stream scenarios are expected to show
-# corruption, which proves the program sees the hazard.
-if cci_run 120 "$OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
-        -o "$CCI_BIN/hazard_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -lcuda; then
-    cci_run 120 "$OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1
-    cci_run 120 "$OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/hazard_gpu" || status=1
-    cci_run 120 "$OUT/hazard-ours-immediate.log" env LD_PRELOAD="$CCI_PRELOAD" \
-        CCI_ALLOC_CONF=immediate_reuse:True "$CCI_BIN/hazard_gpu"  # a control: corruption expected
-    for v in native ours ours-immediate; do
-        grep '^HAZARD' "$OUT/hazard-$v.log" | sed "s/^HAZARD/    $v:/"
-    done | tee -a "$OUT/summary.txt"
-else
-    status=1
+if part_on hazards; then
+    # tests/gpu/hazard_gpu.cu: natively and under the preload every scenario must be intact; with
+    # immediate_reuse:True (unsafe by design) the cross-stream scenarios are expected to show
+    # corruption, which proves the program sees the hazard.
+    if cci_run 120 "$OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
+            -o "$CCI_BIN/hazard_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -lcuda; then
+        cci_run 120 "$OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1
+        cci_run 120 "$OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/hazard_gpu" || status=1
+        cci_run 120 "$OUT/hazard-ours-immediate.log" env LD_PRELOAD="$CCI_PRELOAD" \
+            CCI_ALLOC_CONF=immediate_reuse:True "$CCI_BIN/hazard_gpu"  # a control: corruption expected
+        for v in native ours ours-immediate; do
+            grep '^HAZARD' "$OUT/hazard-$v.log" | sed "s/^HAZARD/    $v:/"
+        done | tee -a "$OUT/summary.txt"
+    else
+        status=1
+    fi
 fi
 
 # ---- PyTorch workloads ---------------------------------------------------------------------
 # Configurations: PyTorch's own allocator (native, expandable segments), and ours under
 # PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode, immediate_reuse, PyTorch's expandable
-# segments and our compacting mode. CONFIGS selects a subset.
-CONFIGS=${CONFIGS:-native native-expandable ours ours-immediate ours-expandable ours-compact}
+# segments and our compacting mode. CONFIGS selects a subset, WORKLOADS the workloads.
 config_env() {
     case $1 in
         native) echo "CCI_UNUSED=1" ;;
@@ -92,31 +119,58 @@ config_env() {
         ours-compact) echo "CCI_ALLOC_CONF=${CCI_COMPACT_CONF:-compact_segments:True}" ;;
     esac
 }
-if cci_find_workloads; then
-    cci_say "torch workloads from $CCI_WORKLOADS, $STEPS steps each; configurations: $CONFIGS"
-    for w in encoder resnet seedfrag; do
-        for c in $CONFIGS; do
-            if [[ $c == native* ]]; then
-                cci_run 150 "$OUT/torch-$w-$c.log" env "$(config_env "$c")" \
-                    "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" || status=1
-            else
-                # CCI_REPORT: the exit-time report as JSON, one file per process; the text and
-                # HTML reports are written through cci_dump_report right after the workload.
-                cci_run 150 "$OUT/torch-$w-$c.log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-                    LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$OUT/report-$w-$c-%p.json" \
-                    "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" \
-                    --report "$OUT/report-$w-$c.txt" || status=1
-            fi
+run_torch() {  # WORKLOAD CONFIG ROUND
+    local w=$1 c=$2 r=$3
+    local log="$OUT/torch-$w-$c-r$r.log"
+    if [[ $c == native* ]]; then
+        cci_run 150 "$log" env "$(config_env "$c")" \
+            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS"
+    else
+        # CCI_REPORT: the exit-time report as JSON, one file per process; the text report is
+        # written through cci_dump_report right after the workload (first round only: the
+        # others would repeat it). Neither falls inside the workload's own timing.
+        local text=()
+        (( r == 1 )) && text=(--report "$OUT/report-$w-$c.txt")
+        cci_run 150 "$log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+            LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$OUT/report-$w-$c-r$r-%p.json" \
+            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" ${text[@]+"${text[@]}"}
+    fi
+}
+if ! part_on torch; then
+    cci_say "torch workloads skipped (CHECK_PARTS=$CHECK_PARTS)"
+elif cci_find_workloads; then
+    cci_say "torch workloads from $CCI_WORKLOADS: $WORKLOADS, $STEPS steps each, $REPEATS round(s); configurations: $CONFIGS"
+    # Rounds outermost: each round runs every workload in every configuration once, in an order
+    # rotated by one place per round, so that a host drifting over the call (clocks, caches, other
+    # tenants) weighs on every configuration alike. A round starts only if the last one would
+    # still fit before the deadline: then every workload has the same number of rounds.
+    : >"$OUT/rounds.txt"
+    round_secs=0
+    for ((r = 1; r <= REPEATS; r++)); do
+        if (( r > 1 && $(cci_left) < round_secs + 30 )); then
+            cci_say "STOPPED after $((r - 1)) of $REPEATS rounds: round $((r - 1)) took ${round_secs}s, $(cci_left)s are left"
+            break
+        fi
+        t_round=$SECONDS
+        # shellcheck disable=SC2086  # CONFIGS is a list of words
+        order=$("$PYTHON" tests/bench/repeat_stats.py order "$r" $CONFIGS) || { status=1; break; }
+        echo "round $r: $order" >>"$OUT/rounds.txt"
+        for w in $WORKLOADS; do
+            for c in $order; do
+                run_torch "$w" "$c" "$r" || status=1
+            done
         done
-        cci_say "$w done"
+        round_secs=$((SECONDS - t_round))
+        cci_say "round $r of $REPEATS done in ${round_secs}s (order: $order)"
     done
     echo
-    CONFIGS="$CONFIGS" "$PYTHON" tests/bench/gpu_report.py check "$OUT" | tee -a "$OUT/summary.txt" || status=1
+    CONFIGS="$CONFIGS" WORKLOADS="$WORKLOADS" "$PYTHON" tests/bench/gpu_report.py check "$OUT" |
+        tee -a "$OUT/summary.txt" || status=1
 else
     status=1
 fi
 
 echo
-grep -q ': FAIL' "$OUT/examples.txt" && status=1
-cci_say "gpu-check: $([[ $status == 0 ]] && echo PASSED || echo FAILED); logs in $OUT"
+[[ -f $OUT/examples.txt ]] && grep -q ': FAIL' "$OUT/examples.txt" && status=1
+cci_say "gpu-check: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $OUT"
 exit $status

@@ -3,50 +3,79 @@
 # The DDP row of the GPU check, on a machine with two or more GPUs (one device call): a 6-layer
 # encoder trained with DistributedDataParallel under torchrun, natively and with
 # PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the preload in the default mode and with
-# immediate_reuse:True. Prints wall time and each rank's peak reserved memory against native;
-# result_sum must be identical. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# immediate_reuse:True, REPEATS rounds of every configuration in a rotated order. Then
+# tests/bench/gpu_report.py ddp prints wall time (median, spread, ratio of medians, paired ratio,
+# verdict against the 3 % target) and, per rank, two peaks against native: the allocator's reserved
+# figure and NVML's device memory of the process (the like-for-like one: it counts NCCL's and the
+# libraries' memory in every configuration). With STACKS_RUN=1 one more, untimed run of ours
+# default under CCI_STACKS=8 says how much of our reserved peak callers other than PyTorch held.
+# result_sum must be identical in every run. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+#
+# Environment: OUT, STEPS (default 20), NPROC (default 2), REPEATS (default 3), CONFIGS (default:
+# native ours ours-immediate), STACKS_RUN (default 1), CCI_NVML_INTERVAL_MS (NVML sampling period,
+# default 2), PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
 STEPS=${STEPS:-20}
 NPROC=${NPROC:-2}
+REPEATS=${REPEATS:-3}
+CONFIGS=${CONFIGS:-native ours ours-immediate}
+STACKS_RUN=${STACKS_RUN:-1}
+for v in STEPS NPROC REPEATS; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { cci_say "$v=${!v}: expected a whole number from 1"; exit 1; }
+done
+for c in $CONFIGS; do
+    [[ $c == native || $c == ours || $c == ours-immediate ]] ||
+        { cci_say "CONFIGS: unknown configuration '$c' (native, ours, ours-immediate)"; exit 1; }
+done
 status=0
 cci_build_preload || exit 1
 export NCCL_NVLS_ENABLE=0
-run_ddp() {  # NAME ENV...
-    local name=$1
-    shift
-    cci_run 240 "$OUT/ddp-$name.log" env "$@" torchrun --nproc-per-node "$NPROC" tests/bench/ddp_encoder.py \
-        --steps "$STEPS" || status=1
+config_env() {  # CONFIG: sets the array CFG_ENV to its environment
+    case $1 in
+        native) CFG_ENV=(CCI_UNUSED=1) ;;
+        ours) CFG_ENV=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info) ;;
+        ours-immediate) CFG_ENV=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD"
+            CCI_ALLOC_CONF=immediate_reuse:True) ;;
+    esac
 }
-run_ddp native CCI_UNUSED=1
-run_ddp ours PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info
-run_ddp ours-immediate PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" CCI_ALLOC_CONF=immediate_reuse:True
-"$PYTHON" - "$OUT" <<'PY' || status=1
-import json, os, sys
-out = sys.argv[1]
-def load(name):
-    try:
-        lines = [l for l in open(os.path.join(out, f"ddp-{name}.log"), errors="replace") if l.startswith("{")]
-        return json.loads(lines[-1]) if lines else None
-    except OSError:
-        return None
-n = load("native")
-print(f"DDP encoder, {n and n['world']} GPUs: wall time and peak reserved per rank against native")
-print(f"{'configuration':<16}{'seconds':>9}{'x native':>10}  {'peak reserved per rank (MiB)':<34}{'x native':>14}  result_sum match")
-bad = 0
-for name in ("native", "ours", "ours-immediate"):
-    r = load(name)
-    if not r or not n:
-        print(f"{name:<16} run failed: see ddp-{name}.log"); bad = 1; continue
-    peaks = [p["peak_reserved_mib"] for p in r["ranks"]]
-    npk = [p["peak_reserved_mib"] for p in n["ranks"]]
-    ratios = "/".join(f"{a / b:.3f}" for a, b in zip(peaks, npk))
-    same = r["result_sum"] == n["result_sum"]
-    bad |= not same
-    print(f"{name:<16}{r['seconds']:>9.3f}{r['seconds'] / n['seconds']:>10.3f}  {' / '.join(f'{p:.0f}' for p in peaks):<34}"
-          f"{ratios:>14}  {r['result_sum']:.6f} {'yes' if same else 'NO'}")
-sys.exit(bad)
-PY
-grep -h "stream rule" "$OUT"/ddp-ours.log | head -4
+run_ddp() {  # LOG [ddp_encoder.py args] -- ENV...
+    local log=$1 args=()
+    shift
+    while [[ $1 != -- ]]; do args+=("$1"); shift; done
+    shift
+    cci_run 240 "$log" env "$@" torchrun --nproc-per-node "$NPROC" tests/bench/ddp_encoder.py \
+        --steps "$STEPS" ${args[@]+"${args[@]}"}
+}
+# Rounds outermost, the order rotated each round (tests/bench/repeat_stats.py says why); a round
+# that would not fit before the deadline is not started.
+: >"$OUT/rounds.txt"
+round_secs=0
+for ((r = 1; r <= REPEATS; r++)); do
+    if (( r > 1 && $(cci_left) < round_secs + 60 )); then
+        cci_say "STOPPED after $((r - 1)) of $REPEATS rounds: round $((r - 1)) took ${round_secs}s, $(cci_left)s are left"
+        break
+    fi
+    t_round=$SECONDS
+    # shellcheck disable=SC2086  # CONFIGS is a list of words
+    order=$("$PYTHON" tests/bench/repeat_stats.py order "$r" $CONFIGS) || { status=1; break; }
+    echo "round $r: $order" >>"$OUT/rounds.txt"
+    for c in $order; do
+        config_env "$c"
+        run_ddp "$OUT/ddp-$c-r$r.log" -- "${CFG_ENV[@]}" || status=1
+    done
+    round_secs=$((SECONDS - t_round))
+    cci_say "round $r of $REPEATS done in ${round_secs}s (order: $order)"
+done
+if [[ $STACKS_RUN == 1 ]]; then
+    # Not timed and not part of the rounds: recording call sites costs microseconds per cudaMalloc.
+    config_env ours
+    run_ddp "$OUT/ddp-stacks.log" --report "$OUT/report-ddp-stacks-rank{rank}.json" -- \
+        "${CFG_ENV[@]}" CCI_STACKS=8 || status=1
+fi
+echo
+CONFIGS="$CONFIGS" "$PYTHON" tests/bench/gpu_report.py ddp "$OUT" | tee "$OUT/summary-ddp.txt" || status=1
+[[ -f $OUT/ddp-ours-r1.log ]] && grep -h "stream rule" "$OUT/ddp-ours-r1.log" | head -4
+cci_say "gpu-ddp: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $OUT"
 exit $status

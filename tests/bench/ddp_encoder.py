@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: MIT
 """DDP on several GPUs: a 6-layer transformer encoder trained with DistributedDataParallel.
 
-  torchrun --nproc-per-node 2 tests/bench/ddp_encoder.py [--steps N]
+  torchrun --nproc-per-node 2 tests/bench/ddp_encoder.py [--steps N] [--report FILE]
 
-Rank 0 prints one JSON line: wall seconds of the timed steps (after two warm-up steps), the peak
-reserved memory of every rank (PyTorch's figure, or libccinterpose's when the preload is active:
-with PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch's reserved figure means nothing), and result_sum,
-which must be identical with and without the preload. Set NCCL_NVLS_ENABLE=0 on machines where
-NVLink multicast is not to be used.
+Rank 0 prints one JSON line: wall seconds of the timed steps (after two warm-up steps), per rank
+the peak reserved memory (PyTorch's figure, or libccinterpose's when the preload is active: with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch's reserved figure means nothing) and the peak device
+memory of the process as NVML saw it (nvml_peak.py: the like-for-like figure, since it counts what
+NCCL and the libraries take in every configuration; null when NVML is absent), and result_sum,
+which must be identical with and without the preload. --report writes the preload's report of
+each rank there ("{rank}" in FILE becomes the rank) while CUDA is still up. Set
+NCCL_NVLS_ENABLE=0 on machines where NVLink multicast is not to be used.
 """
 import argparse
 import json
@@ -21,17 +24,21 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvml_peak import sampler_for_torch_device  # noqa: E402
 from torch_run import cci_figures  # noqa: E402  (the preload's statistics through ctypes)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--report", help="the preload's report of each rank; {rank} becomes the rank")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dev = torch.device("cuda")
+    # From before the model and NCCL's communicator (made by DDP's first broadcast) to the end.
+    nvml = sampler_for_torch_device(torch.cuda.current_device())
     torch.manual_seed(1234)  # the same weights on every rank and in every run
     model = torch.nn.TransformerEncoder(
         torch.nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096, batch_first=True),
@@ -59,11 +66,13 @@ def main():
     seconds = time.perf_counter() - t0
     local = torch.stack(losses).sum()
     dist.all_reduce(local)
-    cci = cci_figures(torch.cuda.current_device(), [])
+    device_peak = nvml.stop()
+    reports = [args.report.replace("{rank}", str(rank))] if args.report else []
+    cci = cci_figures(torch.cuda.current_device(), reports)
     peak = (cci or {}).get("peak_reserved_mib") if (cci or {}).get("active") else \
         round(torch.cuda.max_memory_reserved() / (1 << 20), 1)
     peaks = [None] * world
-    dist.all_gather_object(peaks, {"rank": rank, "peak_reserved_mib": peak, "cci": cci})
+    dist.all_gather_object(peaks, {"rank": rank, "peak_reserved_mib": peak, **device_peak, "cci": cci})
     if rank == 0:
         print(json.dumps({"workload": "ddp-encoder", "world": world, "steps": args.steps,
                           "seconds": round(seconds, 3), "result_sum": float(local.item()),

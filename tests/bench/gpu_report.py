@@ -2,16 +2,24 @@
 # SPDX-License-Identifier: MIT
 """The closing tables of scripts/gpu-check.sh and scripts/gpu-bench.sh, from what they left in $OUT.
 
-  gpu_report.py check OUT     workloads in every configuration (CONFIGS) vs native; exit 1 on
-                              a result_sum mismatch or a failed run
+  gpu_report.py check OUT     workloads (WORKLOADS) in every configuration (CONFIGS) vs native,
+                              over every round; exit 1 on a result_sum mismatch or a failed run
+  gpu_report.py ddp OUT       the DDP rows (scripts/gpu-ddp.sh): wall time, and per rank the
+                              allocator's and NVML's peaks vs native; exit 1 as for check
   gpu_report.py bench OUT     every ratio of the benchmark run, with the targets of issue 7
 
-Inputs: OUT/torch-<workload>-<config>.log (a torch_run.py JSON line among the output),
-OUT/bench_alloc.json (alloc_table.py), OUT/torch_loop-<config>.log (torch_loop.py).
+Inputs: OUT/torch-<workload>-<config>-r<round>.log (a torch_run.py JSON line among the output; a
+lone torch-<workload>-<config>.log is round 1), OUT/ddp-<config>-r<round>.log (ddp_encoder.py),
+OUT/report-ddp-stacks-rank<r>.json (the preload's report under CCI_STACKS), OUT/bench_alloc.json
+(alloc_table.py), OUT/torch_loop-<config>.log (torch_loop.py).
 """
 import json
 import os
+import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from repeat_stats import TIME_TARGET, median, time_figures  # noqa: E402
 
 WORKLOADS = ["encoder", "resnet", "seedfrag"]
 SIZE_NAMES = {512: "512 B", 64 << 10: "64 KiB", 1 << 20: "1 MiB", 20 << 20: "20 MiB", 256 << 20: "256 MiB"}
@@ -62,47 +70,141 @@ CHECK_LABELS = {
 }
 
 
-def check(out):
-    """One row per workload and configuration: peak reserved and wall time against PyTorch native,
-    result_sum against native. Ours is read from the preload's statistics (PyTorch's reserved
-    figure means nothing with its cache off)."""
-    configs = os.environ.get("CONFIGS", "native ours").split()
+def load_rounds(out, stem, key):
+    """{round: JSON line or None} from OUT/STEM-r<k>.log (None: the run left no result). A lone
+    OUT/STEM.log, as written before REPEATS, counts as round 1."""
+    rounds = {}
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return rounds
+    for name in names:
+        m = re.fullmatch(re.escape(stem) + r"-r(\d+)\.log", name)
+        if m:
+            rounds[int(m.group(1))] = last_json(os.path.join(out, name), key)
+    if not rounds and os.path.exists(os.path.join(out, f"{stem}.log")):
+        rounds[1] = last_json(os.path.join(out, f"{stem}.log"), key)
+    return rounds
+
+
+def check_result_sums(what, runs_by_config):
+    """Every run of every configuration must give native's first result_sum (else the first
+    one found): a list of failure lines, empty when all agree."""
+    ref = None
+    for c in ["native"] + sorted(runs_by_config):
+        for r in sorted(runs_by_config.get(c, {})):
+            run = runs_by_config[c][r]
+            if run and ref is None:
+                ref = (run.get("result_sum"), c, r)
+    if ref is None:
+        return []
     bad = []
-    print("Workloads: peak reserved and wall time against PyTorch native (same run, same device)")
+    for c, rounds in runs_by_config.items():
+        for r, run in sorted(rounds.items()):
+            if run and run.get("result_sum") != ref[0]:
+                bad.append(f"{what}/{c} round {r}: result_sum {run.get('result_sum')} differs from "
+                           f"{ref[1]} round {ref[2]}'s {ref[0]}")
+    return bad
+
+
+def med(values):
+    vals = [v for v in values if v is not None]
+    return median(vals) if vals else None
+
+
+def mx(values):
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def seconds_by_round(rounds):
+    return {r: run["seconds"] for r, run in rounds.items() if run and run.get("seconds") is not None}
+
+
+def time_table_row(what, label, fig):
+    spread_text = "-" if fig["min"] is None else f"{fig['min']:.3f}-{fig['max']:.3f}"
+    return (f"{what:<10}{label:<22}{fig['runs']:>5}{f(fig['median'], '.3f'):>10}{spread_text:>15}"
+            f"{f(None if fig['spread'] is None else fig['spread'] * 100, '.1f', ' %'):>9}"
+            f"{f(fig['x_medians'], '.3f'):>10}{f(fig['x_paired'], '.3f'):>9}  {fig['verdict']}")
+
+
+TIME_HEADER = (f"{'':<10}{'configuration':<22}{'runs':>5}{'median s':>10}{'min-max s':>15}{'spread':>9}"
+               f"{'x native':>10}{'paired':>9}  verdict (target: within {TIME_TARGET * 100:.0f} % of native)")
+
+
+def check(out):
+    """Per workload and configuration over every round: peak reserved (median and max) and wall
+    time (median) against PyTorch native in one table, then the wall-time verdicts. Ours is read
+    from the preload's statistics (PyTorch's reserved figure means nothing with its cache off).
+    Fails on a missing run, an inactive preload, or any result_sum differing from native's."""
+    configs = os.environ.get("CONFIGS", "native ours").split()
+    workloads = os.environ.get("WORKLOADS", " ".join(WORKLOADS)).split()
+    bad = []
+    times = []   # (workload, label, time figures) for the second table
+    nrounds = 0
+    print("Workloads: peak reserved and wall time against PyTorch native (same call, same device; medians "
+          "over the rounds, 'peak max' the largest peak of any round)")
     # x alloc: peak reserved over the peak allocated bytes the same allocator saw (ours: every
     # cudaMalloc of the process, cuBLAS/cuDNN workspaces included; PyTorch: its own tensors).
-    print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'x native':>10}{'x alloc':>9}{'seconds':>10}"
-          f"{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6}")
-    for w in WORKLOADS:
-        n = workload(out, w, "native")
-        if not n:
-            print(f"{w:<10} native run failed: see torch-{w}-native.log")
+    print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'peak max':>10}{'x native':>10}{'x alloc':>9}"
+          f"{'seconds':>10}{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6}")
+    for w in workloads:
+        runs = {c: load_rounds(out, f"torch-{w}-{c}", "workload") for c in configs}
+        native = runs.get("native") or load_rounds(out, f"torch-{w}-native", "workload")
+        nrounds = max([nrounds] + [len(r) for r in runs.values()])
+        good_native = {r: x for r, x in native.items() if x}
+        if not good_native:
+            print(f"{w:<10} native run failed: see torch-{w}-native-r*.log")
             bad.append(f"{w}/native")
             continue
+        mismatches = check_result_sums(w, {**runs, "native": native})
+        bad.extend(mismatches)
+        n_peak = med(peak_reserved(x, False) for x in good_native.values())
+        n_secs = seconds_by_round(good_native)
         for c in configs:
-            o = workload(out, w, c)
             label = CHECK_LABELS.get(c, c)
-            if not o:
-                print(f"{w:<10}{label:<22} run failed: see torch-{w}-{c}.log")
-                bad.append(f"{w}/{c}")
+            rounds = runs[c]
+            failed = sorted(r for r, x in rounds.items() if not x)
+            for r in failed:
+                print(f"{w:<10}{label:<22} round {r} failed: see torch-{w}-{c}-r{r}.log")
+                bad.append(f"{w}/{c} round {r}")
+            good = {r: x for r, x in rounds.items() if x}
+            if not good:
+                if not rounds:
+                    print(f"{w:<10}{label:<22} no run found (torch-{w}-{c}-r*.log)")
+                    bad.append(f"{w}/{c}")
                 continue
             ours = c.startswith("ours")
-            cc = o.get("cci") or {}
-            if ours and not cc.get("active"):
-                print(f"{w:<10}{label:<22} the preload was not active (cci={o.get('cci')})")
+            inactive = [r for r, x in good.items() if ours and not (x.get("cci") or {}).get("active")]
+            if inactive:
+                print(f"{w:<10}{label:<22} the preload was not active in round(s) {inactive}")
                 bad.append(f"{w}/{c}")
                 continue
-            match = o.get("result_sum") == n.get("result_sum")
-            if not match:
-                bad.append(f"{w}/{c}")
-            pr, pn = peak_reserved(o, ours), peak_reserved(n, False)
-            pa = (cc if ours else o).get("peak_allocated_mib")
-            print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(div(pr, pn), '.3f'):>10}{f(div(pr, pa), '.3f'):>9}"
-                  f"{f(o['seconds'], '.3f'):>10}{f(div(o['seconds'], n['seconds']), '.3f'):>10}"
-                  f"  {f(o.get('result_sum'), '.6f'):>22}  {'yes' if match else 'NO':<5}"
-                  f"  {f(cc.get('num_sync_all_streams') if ours else None, 'd'):>6}"
-                  f" {f(cc.get('num_fence_records') if ours else None, 'd'):>7}"
-                  f" {f(cc.get('num_fence_waits') if ours else None, 'd'):>6}")
+            ccs = [(x.get("cci") or {}) for x in good.values()]
+            peaks = [peak_reserved(x, ours) for x in good.values()]
+            pr, pmax = med(peaks), mx(peaks)
+            pa = med((cc if ours else x).get("peak_allocated_mib") for cc, x in zip(ccs, good.values()))
+            secs = seconds_by_round(good)
+            fig = time_figures(secs, n_secs)
+            times.append((w, label, fig, c.startswith("ours")))
+            match = not any(f"{w}/{c} round" in m for m in mismatches)
+            sums = sorted({x.get("result_sum") for x in good.values()}, key=str)
+            counter = (lambda k: med(cc.get(k) for cc in ccs)) if ours else (lambda k: None)
+            print(f"{w:<10}{label:<22}{f(pr, '.0f', ' MiB'):>15}{f(pmax, '.0f'):>10}{f(div(pr, n_peak), '.3f'):>10}"
+                  f"{f(div(pr, pa), '.3f'):>9}{f(fig['median'], '.3f'):>10}{f(fig['x_medians'], '.3f'):>10}"
+                  f"  {f(sums[0] if len(sums) == 1 else None, '.6f'):>22}  {'yes' if match else 'NO':<5}"
+                  f"  {f(counter('num_sync_all_streams'), '.0f'):>6}"
+                  f" {f(counter('num_fence_records'), '.0f'):>7}"
+                  f" {f(counter('num_fence_waits'), '.0f'):>6}")
+    if times:
+        print()
+        print(f"Wall time over {nrounds} round(s), every configuration once per round, the order rotated "
+              f"each round; spread = (max - min) / median; paired = median of ours_r / native_r")
+        print(TIME_HEADER)
+        for w, label, fig, judged in times:
+            if not judged:
+                fig = dict(fig, verdict="(no target)" if label != "PyTorch native" else "(the reference)")
+            print(time_table_row(w, label, fig))
     for b in bad:
         print(f"FAILED: {b}")
     return 1 if bad else 0
@@ -216,10 +318,156 @@ def bench(out):
     return 1 if bad else 0
 
 
+# Native frames of PyTorch's own allocator: with PYTORCH_NO_CUDA_MEMORY_CACHING=1 every tensor's
+# cudaMalloc comes from c10's CUDA allocator in libc10_cuda.so. Any other caller (NCCL, cuBLAS,
+# cuDNN, the CUDA runtime itself) asked for its memory directly.
+PYTORCH_FRAME = re.compile(r"libc10_cuda|CUDACachingAllocator|c10::cuda")
+LIBRARY_OF_FRAME = re.compile(r"\(([^()\s]+?)\+0x[0-9a-f]+\)$|^([^\s()]+?)\+0x[0-9a-f]+$")
+
+
+def callers_at_peak(report, device=None):
+    """From a preload JSON report written with CCI_STACKS: who held the live blocks when reserved
+    memory made its peak. Returns None when the report has no call sites, else a dict with
+    reserved, live, pytorch, other (bytes; pytorch + other cover the top call sites kept at the
+    peak) and unclassified (live bytes of the smaller sites the peak did not keep), and
+    other_by_library {library: bytes}."""
+    devices = (report or {}).get("devices") or []
+    dev = next((d for d in devices if device is None or d.get("device") == device), None)
+    peak = ((dev or {}).get("holders") or {}).get("at_peak")
+    if not peak:
+        return None
+    res = {"reserved": peak.get("reserved", 0), "live": peak.get("bytes", 0), "pytorch": 0, "other": 0,
+           "other_by_library": {}}
+    for site in peak.get("sites", []):
+        frames = site.get("frames", [])
+        if any(PYTORCH_FRAME.search(fr) for fr in frames):
+            res["pytorch"] += site["bytes"]
+            continue
+        res["other"] += site["bytes"]
+        lib = next((m.group(1) or m.group(2) for m in map(LIBRARY_OF_FRAME.search, frames) if m), "unknown")
+        res["other_by_library"][lib] = res["other_by_library"].get(lib, 0) + site["bytes"]
+    res["unclassified"] = max(0, res["live"] - res["pytorch"] - res["other"])
+    return res
+
+
+def ddp_callers(out):
+    """Lines saying how much of our reserved peak other callers than PyTorch asked for, from the
+    one untimed run under CCI_STACKS (report-ddp-stacks-rank<r>.json)."""
+    mib = 1 << 20
+    files = sorted(n for n in (os.listdir(out) if os.path.isdir(out) else [])
+                   if re.fullmatch(r"report-ddp-stacks-rank\d+\.json", n))
+    if not files:
+        return ["Callers at our reserved peak: n/a (no CCI_STACKS run: STACKS_RUN=1 gives it)"]
+    lines = ["Callers at our reserved peak (one extra untimed run of ours default with CCI_STACKS=8; "
+             "its peak may differ from the timed runs'):"]
+    for name in files:
+        rank = re.search(r"rank(\d+)", name).group(1)
+        try:
+            with open(os.path.join(out, name)) as fh:
+                c = callers_at_peak(json.load(fh))
+        except (OSError, ValueError) as e:
+            lines.append(f"  rank {rank}: n/a ({name}: {e})")
+            continue
+        if c is None:
+            lines.append(f"  rank {rank}: n/a (the report holds no call sites)")
+            continue
+        libs = ", ".join(f"{k} {v / mib:.0f}" for k, v in sorted(c["other_by_library"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"  rank {rank}: reserved {c['reserved'] / mib:.0f} MiB, live {c['live'] / mib:.0f} MiB: "
+                     f"PyTorch {c['pytorch'] / mib:.0f} MiB, other callers {c['other'] / mib:.0f} MiB"
+                     f"{f' ({libs})' if libs else ''}, smaller sites not kept {c['unclassified'] / mib:.0f} MiB")
+    return lines
+
+
+MEMORY_TARGET = 0.10   # issue 12: DDP peak reserved within 10 % of native per rank
+
+
+def ddp(out):
+    """The DDP rows: wall time over the rounds with its verdict, then per rank the allocator's
+    peak reserved and NVML's device peak (median and max over the rounds) against native. The
+    allocator figures are not like for like (native: PyTorch's cache only; ours: every cudaMalloc
+    of the process); NVML's are. Fails on a missing run or a result_sum differing from native's."""
+    configs = os.environ.get("CONFIGS", "native ours ours-immediate").split()
+    runs = {c: load_rounds(out, f"ddp-{c}", "workload") for c in configs}
+    native = {r: x for r, x in (runs.get("native") or load_rounds(out, "ddp-native", "workload")).items() if x}
+    sums = dict(runs)
+    if os.path.exists(os.path.join(out, "ddp-stacks.log")):   # the untimed call-site run must agree too
+        sums["stacks"] = {1: last_json(os.path.join(out, "ddp-stacks.log"), "workload")}
+    bad = check_result_sums("ddp", sums)
+    world = next((x["world"] for x in native.values()), None)
+    nrounds = max([0] + [len(r) for r in runs.values()])
+    print(f"DDP encoder, {world or '?'} GPUs, {nrounds} round(s) (order rotated each round): wall time against native")
+    print(TIME_HEADER)
+    n_secs = seconds_by_round(native)
+    for c in configs:
+        label = CHECK_LABELS.get(c, c)
+        failed = sorted(r for r, x in runs[c].items() if not x)
+        bad.extend(f"ddp/{c} round {r}" for r in failed)
+        good = {r: x for r, x in runs[c].items() if x}
+        if not good or not native:
+            print(f"{'ddp':<10}{label:<22} no usable run: see ddp-{c}-r*.log")
+            bad.append(f"ddp/{c}")
+            continue
+        fig = time_figures(seconds_by_round(good), n_secs)
+        if c == "native":
+            fig = dict(fig, verdict="(the reference)")
+        print(time_table_row("ddp", label, fig) + (f"  [round(s) {failed} failed]" if failed else ""))
+
+    def per_rank(rounds, key):
+        by_rank = {}
+        for x in rounds.values():
+            for p in x.get("ranks", []):
+                by_rank.setdefault(p["rank"], []).append(p.get(key))
+        return by_rank
+
+    print()
+    print(f"Peak memory per rank, median (max) over the rounds; target: within {MEMORY_TARGET * 100:.0f} % of native.")
+    print("  reserved: the allocator's own figure (native: PyTorch's cache only; ours: every cudaMalloc through")
+    print("  our hooks, NCCL's and cuBLAS's included). NVML: the process's device memory whoever asked, CUDA")
+    print("  context included: the like-for-like figure.")
+    print(f"{'configuration':<22}{'rank':>5}{'reserved MiB':>20}{'x native':>10}{'NVML MiB':>20}{'x native':>10}"
+          f"  {'NVML source':<14}verdict (reserved / NVML)")
+    n_res, n_nvml = per_rank(native, "peak_reserved_mib"), per_rank(native, "nvml_peak_mib")
+    n_src = {x.get("nvml_source") for r in native.values() for x in r.get("ranks", [])}
+    for c in configs:
+        good = {r: x for r, x in runs[c].items() if x}
+        if not good or not native:
+            continue
+        res, nvml = per_rank(good, "peak_reserved_mib"), per_rank(good, "nvml_peak_mib")
+        srcs = per_rank(good, "nvml_source")
+        errs = per_rank(good, "nvml_error")
+        for rank in sorted(res):
+            r_med, r_max = med(res[rank]), mx(res[rank])
+            v_med, v_max = med(nvml.get(rank, [])), mx(nvml.get(rank, []))
+            xr, xv = div(r_med, med(n_res.get(rank, []))), div(v_med, med(n_nvml.get(rank, [])))
+            src = "/".join(sorted({s for s in srcs.get(rank, []) if s})) or "n/a"
+            if src != "n/a" and len(n_src - {None}) and {src} != n_src - {None} and c != "native":
+                src += " (native: " + "/".join(sorted(n_src - {None})) + ")"
+
+            def verdict(x):
+                return "n/a" if x is None else ("met" if x <= 1 + MEMORY_TARGET else "NOT met")
+            why = next((e for e in errs.get(rank, []) if e), None)
+            print(f"{label_of(c):<22}{rank:>5}{f(r_med, '.0f') + ' (' + f(r_max, '.0f') + ')':>20}{f(xr, '.3f'):>10}"
+                  f"{(f(v_med, '.0f') + ' (' + f(v_max, '.0f') + ')') if v_med is not None else 'n/a':>20}"
+                  f"{f(xv, '.3f') if xv is not None else 'n/a':>10}  {src:<14}"
+                  + ("(the reference)" if c == "native" else f"{verdict(xr)} / {verdict(xv)}")
+                  + (f"  [NVML: {why}]" if v_med is None and why else ""))
+    print()
+    for line in ddp_callers(out):
+        print(line)
+    for b in bad:
+        print(f"FAILED: {b}")
+    return 1 if bad else 0
+
+
+def label_of(config):
+    return CHECK_LABELS.get(config, config)
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("check", "bench"):
+    commands = {"check": check, "bench": bench, "ddp": ddp}
+    if len(sys.argv) != 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
-    return check(sys.argv[2]) if sys.argv[1] == "check" else bench(sys.argv[2])
+    return commands[sys.argv[1]](sys.argv[2])
 
 
 if __name__ == "__main__":
