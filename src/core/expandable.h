@@ -5,6 +5,7 @@
 #define CCI_EXPANDABLE_H
 
 #include "allocator_impl.h"
+#include "vmm_counts.h"
 
 typedef enum cci_exp_mode {
     CCI_EXP_PYTORCH = 1,  ///< expandable_segments:True, PyTorch's semantics
@@ -16,7 +17,14 @@ typedef struct cci_exp {
     size_t granularity;   ///< the backend's, queried once
     size_t page[2];       ///< page size per pool: [0] large, [1] small
     size_t va_size;       ///< address space reserved per segment
-    uint64_t reclaims;    ///< compact mode: passes that gave free pages back
+    cci_vmm_counts n;     ///< every VMM call made so far (cci_alloc_vmm_counts)
+    // Compact mode's page pool: pages unmapped by a growth's reclaim, kept (not released) so that
+    // the growth, and later ones, map them again instead of creating new ones. Bounded by
+    // compact_pool_limit(); everything beyond is released at once.
+    uint64_t *pool;
+    size_t pool_n, pool_cap;
+    size_t pool_hold;     ///< bytes the growth under way will map: the pool may hold that much
+                          ///< for it, beyond its bound, so that no page is released and created again
 } cci_exp;
 
 /// Sets a->exp from the configuration and the backend: NULL when the configuration asks for
@@ -40,8 +48,14 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
 /// the pool grows while too much of it is free). Lock held; it is dropped around the sync.
 void cci__exp_release_free(cci_allocator *a);
 
+/// Compact mode's slack: the free mapped bytes a growth past the peak leaves mapped (and the
+/// bound of its page pool), from the allocated peak.
+size_t cci__exp_compact_slack(const cci_allocator *a);
+
 /// Allocator teardown: unmaps and releases the segment's pages and its range when `release`,
-/// then frees its page table (the caller frees the blocks and the segment).
+/// then frees its page table (the caller frees the blocks and the segment). The first call also
+/// releases (or, without `release`, forgets) the pages of compact mode's pool: the pool holds
+/// pages only while some segment exists, so teardown always passes here.
 void cci__exp_segment_destroy(cci_allocator *a, cci_segment *s, int release);
 
 #endif

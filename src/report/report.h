@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "allocator.h"
+#include "vmm_counts.h"
 
 typedef enum cci_report_format { CCI_REPORT_TEXT, CCI_REPORT_JSON, CCI_REPORT_HTML } cci_report_format;
 
@@ -214,6 +215,7 @@ typedef struct cci_report_device {
     int vmm_pool_known;          ///< 0: no VMM backend, or it keeps no count (pooled op NULL)
     uint64_t vmm_pool_pages;
     uint64_t vmm_pool_bytes;
+    cci_vmm_counts vmm_calls;    ///< the allocator's calls on the VMM group (mode 0: none)
     size_t nadvice;
     cci_report_advice advice[CCI_REPORT_MAX_ADVICE];
     // Call sites (CCI_STACKS), filled by the preload after the snapshot is taken; all zero when off.

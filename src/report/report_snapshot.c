@@ -127,6 +127,7 @@ int cci__device_take(cci_report_device *d, cci_allocator *a, cci_report_timeline
     const cci_config *cfg = cci_allocator_config(a);
     cci_config_format(cfg, d->config, sizeof d->config);
     d->expandable_requested = cfg->expandable_segments;
+    cci_alloc_vmm_counts(a, &d->vmm_calls);  // mode 0 (all zero) on ordinary segments
     if (tl) {
         if (cci__timeline_copy(tl, &d->samples, &d->nsamples, &d->clock, &d->misses) != 0)
             return -1;

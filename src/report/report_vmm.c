@@ -25,9 +25,34 @@ void cci_report_fill_vmm_pool(cci_report_snapshot *s, cci_backend be)
 
 // Printed only when the layouts hold VMM segments or the pool holds pages, so reports of
 // ordinary segments read as before.
+// Pages that exist without a mapping, kept to be mapped again: the backend's pool (released
+// pages) plus the allocator's own (compact mode's reclaimed pages). Device memory that reserved
+// (= mapped) leaves out either way.
+static uint64_t pooled_pages(const cci_report_device *d) { return d->vmm_pool_pages + d->vmm_calls.pool_pages; }
+static uint64_t pooled_bytes(const cci_report_device *d) { return d->vmm_pool_bytes + d->vmm_calls.pool_bytes; }
+
 static int has_vmm(const cci_report_device *d)
 {
-    return d->frag_peak.vmm_segments || d->frag_now.vmm_segments || (d->vmm_pool_known && d->vmm_pool_pages);
+    return d->frag_peak.vmm_segments || d->frag_now.vmm_segments || (d->vmm_pool_known && pooled_pages(d)) ||
+           d->vmm_calls.va_reserves;
+}
+
+static const char *plural(uint64_t n);
+
+// The calls on the VMM group: what the mode cost in driver time (text form).
+static void calls_text(cci_sb *b, const cci_vmm_counts *c)
+{
+    if (!c->mode)
+        return;
+    cci__sb_printf(b, "  %-17s %llu page creates, %llu maps, %llu set-access, %llu unmaps (%llu pages), "
+                   "%llu releases\n", "VMM calls", (unsigned long long)c->page_creates,
+                   (unsigned long long)c->maps, (unsigned long long)c->set_access, (unsigned long long)c->unmaps,
+                   (unsigned long long)c->unmapped_pages, (unsigned long long)c->page_releases);
+    cci__sb_printf(b, "  %-17s %llu page%s mapped again from the allocator's pool, %llu reclaim%s, %llu device "
+                   "sync%s before unmapping; about %.1f ms of driver time (H100 costs per call)\n", "VMM reuse",
+                   (unsigned long long)c->pool_hits, plural(c->pool_hits), (unsigned long long)c->reclaims,
+                   plural(c->reclaims), (unsigned long long)c->syncs, c->syncs == 1 ? "" : "s",
+                   cci_vmm_estimated_us(c) / 1000.0);
 }
 
 static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
@@ -53,16 +78,18 @@ void cci__vmm_text(cci_sb *b, const cci_report_device *d)
     }
     if (d->vmm_pool_known) {
         char h[16];
-        cci__sb_printf(b, "  %-17s %llu page%s pooled (%s): released, kept to be mapped again, not in reserved\n",
-                       "page pool now", (unsigned long long)d->vmm_pool_pages, plural(d->vmm_pool_pages),
-                       cci__human((int64_t)d->vmm_pool_bytes, h, sizeof h));
+        cci__sb_printf(b, "  %-17s %llu page%s pooled (%s): unmapped, kept to be mapped again, not in reserved\n",
+                       "page pool now", (unsigned long long)pooled_pages(d), plural(pooled_pages(d)),
+                       cci__human((int64_t)pooled_bytes(d), h, sizeof h));
     }
+    calls_text(b, &d->vmm_calls);
 }
 
 // ---- JSON ----------------------------------------------------------------------------------
 
-/// `"vmm": {"at_peak": ..., "at_exit": ..., "pooled_pages": N, "pooled_bytes": N}` with a
-/// trailing ",\n    " (a layout not recorded, or a pool the backend does not count, is null).
+/// `"vmm": {"at_peak": ..., "at_exit": ..., "pooled_pages": N, "pooled_bytes": N, "calls": {...}}`
+/// with a trailing ",\n    " (a layout not recorded, a pool the backend does not count, or calls
+/// of an allocator on ordinary segments, is null).
 void cci__vmm_json(cci_sb *b, const cci_report_device *d)
 {
     cci__sb_puts(b, "\"vmm\": {");
@@ -81,10 +108,25 @@ void cci__vmm_json(cci_sb *b, const cci_report_device *d)
                        (unsigned long long)f[i]->unmapped_holes);
     }
     if (d->vmm_pool_known)
-        cci__sb_printf(b, ", \"pooled_pages\": %llu, \"pooled_bytes\": %llu", (unsigned long long)d->vmm_pool_pages,
-                       (unsigned long long)d->vmm_pool_bytes);
+        cci__sb_printf(b, ", \"pooled_pages\": %llu, \"pooled_bytes\": %llu", (unsigned long long)pooled_pages(d),
+                       (unsigned long long)pooled_bytes(d));
     else
         cci__sb_puts(b, ", \"pooled_pages\": null, \"pooled_bytes\": null");
+    const cci_vmm_counts *c = &d->vmm_calls;
+    if (c->mode)
+        cci__sb_printf(b, ", \"calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, "
+                       "\"unmaps\": %llu, \"unmapped_pages\": %llu, \"page_releases\": %llu, \"pool_hits\": %llu, "
+                       "\"va_reserves\": %llu, \"va_frees\": %llu, \"reclaims\": %llu, \"syncs\": %llu, "
+                       "\"pool_pages\": %llu, \"pool_bytes_peak\": %llu, \"estimated_api_us\": %.1f}",
+                       (unsigned long long)c->page_creates, (unsigned long long)c->maps,
+                       (unsigned long long)c->set_access, (unsigned long long)c->unmaps,
+                       (unsigned long long)c->unmapped_pages, (unsigned long long)c->page_releases,
+                       (unsigned long long)c->pool_hits, (unsigned long long)c->va_reserves,
+                       (unsigned long long)c->va_frees, (unsigned long long)c->reclaims,
+                       (unsigned long long)c->syncs, (unsigned long long)c->pool_pages,
+                       (unsigned long long)c->pool_bytes_peak, cci_vmm_estimated_us(c));
+    else
+        cci__sb_puts(b, ", \"calls\": null");
     cci__sb_puts(b, "},\n    ");
 }
 
@@ -117,8 +159,18 @@ void cci__vmm_html(cci_sb *b, const cci_report_device *d)
     if (d->vmm_pool_known) {
         char h[16];
         cci__sb_printf(b, "<p class=\"proc\" id=\"vmm-pool-%d\">Page pool now: <span class=\"pooled-pages\">%llu</span> "
-                       "page%s pooled (%s): released, kept to be mapped again, not counted in reserved.</p>\n",
-                       d->device, (unsigned long long)d->vmm_pool_pages, plural(d->vmm_pool_pages),
-                       cci__human((int64_t)d->vmm_pool_bytes, h, sizeof h));
+                       "page%s pooled (%s): unmapped, kept to be mapped again, not counted in reserved.</p>\n",
+                       d->device, (unsigned long long)pooled_pages(d), plural(pooled_pages(d)),
+                       cci__human((int64_t)pooled_bytes(d), h, sizeof h));
     }
+    const cci_vmm_counts *c = &d->vmm_calls;
+    if (c->mode)
+        cci__sb_printf(b, "<p class=\"proc\" id=\"vmm-calls-%d\">VMM calls: %llu page creates, %llu maps, %llu "
+                       "set-access, %llu unmaps (%llu pages), %llu releases; %llu pages mapped again from the "
+                       "allocator's pool; about <span class=\"vmm-api-ms\">%.1f</span> ms of driver time (H100 costs "
+                       "per call).</p>\n",
+                       d->device, (unsigned long long)c->page_creates, (unsigned long long)c->maps,
+                       (unsigned long long)c->set_access, (unsigned long long)c->unmaps,
+                       (unsigned long long)c->unmapped_pages, (unsigned long long)c->page_releases,
+                       (unsigned long long)c->pool_hits, cci_vmm_estimated_us(c) / 1000.0);
 }

@@ -92,6 +92,20 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
                "\"num_blocking_waits\": %llu, ",
                (unsigned long long)o->fence_lag, (unsigned long long)r->num_fence_records,
                (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
+    const cci_vmm_counts *v = &r->vmm;
+    if (v->mode)
+        printf("\"vmm_calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, \"unmaps\": %llu, "
+               "\"unmapped_pages\": %llu, \"page_releases\": %llu, \"pool_hits\": %llu, \"va_reserves\": %llu, "
+               "\"va_frees\": %llu, \"reclaims\": %llu, \"syncs\": %llu, \"pool_bytes_peak\": %llu, "
+               "\"free_at_peak_max\": %llu, \"estimated_api_us\": %.1f}, ",
+               (unsigned long long)v->page_creates, (unsigned long long)v->maps, (unsigned long long)v->set_access,
+               (unsigned long long)v->unmaps, (unsigned long long)v->unmapped_pages,
+               (unsigned long long)v->page_releases, (unsigned long long)v->pool_hits,
+               (unsigned long long)v->va_reserves, (unsigned long long)v->va_frees, (unsigned long long)v->reclaims,
+               (unsigned long long)v->syncs, (unsigned long long)v->pool_bytes_peak,
+               (unsigned long long)v->free_at_peak_max, cci_vmm_estimated_us(v));
+    else
+        printf("\"vmm_calls\": null, ");
     printf("\"replay_seconds\": %.6f}\n", secs);
 }
 
@@ -123,6 +137,20 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
                "passed)\n",
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
                (unsigned long long)r->num_blocking_waits);
+    const cci_vmm_counts *v = &r->vmm;
+    if (v->mode) {
+        // The calls a GPU run makes for the same requests, and what they cost there.
+        printf("VMM calls           %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu pages), "
+               "%llu releases\n",
+               (unsigned long long)v->page_creates, (unsigned long long)v->maps, (unsigned long long)v->set_access,
+               (unsigned long long)v->unmaps, (unsigned long long)v->unmapped_pages,
+               (unsigned long long)v->page_releases);
+        printf("VMM reuse           %llu pages mapped again from the pool, %llu reclaims, %llu device syncs "
+               "before unmapping\n",
+               (unsigned long long)v->pool_hits, (unsigned long long)v->reclaims, (unsigned long long)v->syncs);
+        printf("VMM driver time     %.1f ms estimated (H100 per-call costs; syncs not included)\n",
+               cci_vmm_estimated_us(v) / 1000.0);
+    }
     if (t->recorded_ooms)
         printf("OOMs in the trace   %llu (replayed as allocation attempts, freed at once if they succeed)\n",
                (unsigned long long)t->recorded_ooms);

@@ -106,6 +106,32 @@ static int past(const struct timespec *deadline)
     return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
 }
 
+// Sums one device's VMM counts into the result's: calls and pool figures add up, the bounds and
+// the worst free-at-peak are the largest device's.
+static void vmm_counts_add(cci_vmm_counts *sum, const cci_vmm_counts *c)
+{
+    sum->mode = c->mode;
+    sum->va_reserves += c->va_reserves;
+    sum->va_frees += c->va_frees;
+    sum->page_creates += c->page_creates;
+    sum->page_releases += c->page_releases;
+    sum->maps += c->maps;
+    sum->unmaps += c->unmaps;
+    sum->unmapped_pages += c->unmapped_pages;
+    sum->set_access += c->set_access;
+    sum->pool_hits += c->pool_hits;
+    sum->reclaims += c->reclaims;
+    sum->syncs += c->syncs;
+    sum->pool_pages += c->pool_pages;
+    sum->pool_bytes += c->pool_bytes;
+    sum->pool_bytes_peak += c->pool_bytes_peak;
+#define MAX_OF(f) (sum->f = c->f > sum->f ? c->f : sum->f)
+    MAX_OF(pool_limit);
+    MAX_OF(slack);
+    MAX_OF(free_at_peak_max);
+#undef MAX_OF
+}
+
 int cci_replay(const cci_trace *t, const cci_config *cfg, size_t capacity, cci_replay_result *res)
 {
     return cci_replay_until(t, cfg, capacity, NULL, res);
@@ -234,6 +260,9 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         uint64_t records, blocking, live;
         cci_sim_fence_counts(sims[d], &records, &blocking, &live);
         res->num_blocking_waits += blocking;
+        cci_vmm_counts vc;
+        if (cci_alloc_vmm_counts(allocs[d], &vc) == 0)
+            vmm_counts_add(&res->vmm, &vc);
         cci_allocator_destroy(allocs[d], 1);
         cci_sim_destroy(sims[d]);
     }

@@ -9,6 +9,7 @@
 
 #include "allocator.h"
 #include "trace.h"
+#include "vmm_counts.h"
 
 typedef struct cci_replay_result {
     uint64_t events;
@@ -26,6 +27,8 @@ typedef struct cci_replay_result {
     uint64_t num_fence_waits;    ///< times the allocators waited for a fence (summed over devices)
     uint64_t num_blocking_waits; ///< of those, waits for a fence the simulated device had not yet
                                  ///< passed: the ones that would stall a real host
+    cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
+                                 ///< the run's own, the allocators' teardown left out
 } cci_replay_result;
 
 /// How frees are replayed. The default (all zero) keeps the program's own stream semantics.
