@@ -9,21 +9,25 @@
 // Parent links make a removal O(1) to locate (the merge of the two children stays).
 #include "block.h"
 
+// (size, addr) as one 128-bit number: one compare-and-borrow orders both, where comparing the two
+// halves apart costs three compares and the logic to join them.
+__extension__ typedef unsigned __int128 size_addr;
+
+static inline size_addr size_addr_of(size_t size, uintptr_t addr) { return (size_addr)size << 64 | addr; }
+
 // 1 when key (s1, z1, a1) orders before node b. Bitwise operators, not && and ||: each part is
 // a flag the compiler computes with a compare, and none of them is a branch.
 static inline int key_less(uint64_t s1, size_t z1, uintptr_t a1, const cci_block *b)
 {
     uint64_t s2 = b->stream;
-    size_t z2 = b->size;
-    return (s1 < s2) | ((s1 == s2) & ((z1 < z2) | ((z1 == z2) & (a1 < b->addr))));
+    return (s1 < s2) | ((s1 == s2) & (size_addr_of(z1, a1) < size_addr_of(b->size, b->addr)));
 }
 
 // 1 when node b orders before key (s1, z1, a1).
 static inline int node_less(const cci_block *b, uint64_t s1, size_t z1, uintptr_t a1)
 {
     uint64_t s2 = b->stream;
-    size_t z2 = b->size;
-    return (s2 < s1) | ((s2 == s1) & ((z2 < z1) | ((z2 == z1) & (b->addr < a1))));
+    return (s2 < s1) | ((s2 == s1) & (size_addr_of(b->size, b->addr) < size_addr_of(z1, a1)));
 }
 
 static inline int block_less(const cci_block *x, const cci_block *y)
