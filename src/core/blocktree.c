@@ -55,25 +55,22 @@ static void split(cci_block *t, const cci_block *k, cci_block *owner)
 }
 
 // Joins l and r (every key of l before every key of r) under `parent`; returns the new subtree.
+// The higher priority of the two tops goes up; l continues down its right spine, r down its left
+// one: side s continues at child[!s]. Picked by index, as in split, not by a branch.
 static cci_block *merge(cci_block *l, cci_block *r, cci_block *parent)
 {
     cci_block *root = NULL, **link = &root;
-    while (l && r) {
-        if (l->prio > r->prio) {
-            *link = l;
-            l->parent = parent;
-            parent = l;
-            link = &l->child[1];
-            l = l->child[1];
-        } else {
-            *link = r;
-            r->parent = parent;
-            parent = r;
-            link = &r->child[0];
-            r = r->child[0];
-        }
+    cci_block *top[2] = {l, r};
+    while (((uintptr_t)top[0] != 0) & ((uintptr_t)top[1] != 0)) {
+        int side = top[0]->prio <= top[1]->prio;
+        cci_block *t = top[side];
+        *link = t;
+        t->parent = parent;
+        parent = t;
+        link = &t->child[!side];
+        top[side] = *link;
     }
-    cci_block *rest = l ? l : r;
+    cci_block *rest = (cci_block *)((uintptr_t)top[0] | (uintptr_t)top[1]);  // the one left, or NULL
     *link = rest;
     if (rest)
         rest->parent = parent;
