@@ -38,17 +38,51 @@ static inline void stat_add(cci_stat *s, int64_t d)
     }
 }
 
+// The same as stat_add(s, +d) and stat_add(s, -d), for the call sites that know the sign: the hot
+// paths make a dozen updates per operation, and each would otherwise test the sign again.
+static inline void stat_inc(cci_stat *s, int64_t d)
+{
+    s->current += d;
+    s->allocated += d;
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
+static inline void stat_dec(cci_stat *s, int64_t d)
+{
+    s->current -= d;
+    s->freed += d;
+}
+
 static inline void stat_pool(cci_stat *arr, int small, int64_t d)
 {
     stat_add(&arr[CCI_POOL_ALL], d);
     stat_add(&arr[pool_index(small)], d);
 }
 
+static inline void stat_pool_inc(cci_stat *arr, int small, int64_t d)
+{
+    stat_inc(&arr[CCI_POOL_ALL], d);
+    stat_inc(&arr[pool_index(small)], d);
+}
+
+static inline void stat_pool_dec(cci_stat *arr, int small, int64_t d)
+{
+    stat_dec(&arr[CCI_POOL_ALL], d);
+    stat_dec(&arr[pool_index(small)], d);
+}
+
 static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
 // Observers are told through cci__notify_full (allocator_life.c: at once, or queued for the
-// unlock while thread caches exist).
-#define notify cci__notify_full
+// unlock while thread caches exist). Most allocators have none: that is tested here, inline,
+// rather than after a call on every allocation and free.
+static inline void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
+                          size_t requested)
+{
+    if (a->nobs)
+        cci__notify_full(a, kind, stream, addr, size, requested);
+}
 
 // ---- block records ------------------------------------------------------------------------
 
@@ -167,10 +201,10 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
     *s = (cci_segment){.addr = addr, .size = size, .stream = stream, .small = (uint8_t)small, .first = b};
     cci__seg_insert(a, s);
     *b = (cci_block){.addr = addr, .size = size, .stream = stream, .seg = s, .small = (uint8_t)small};
-    stat_pool(a->st.segment, small, 1);
-    stat_pool(a->st.reserved_bytes, small, (int64_t)size);
+    stat_pool_inc(a->st.segment, small, 1);
+    stat_pool_inc(a->st.reserved_bytes, small, (int64_t)size);
     if (is_oversize(a, size))
-        stat_add(&a->st.oversize_segments, 1);
+        stat_inc(&a->st.oversize_segments, 1);
     a->st.num_device_alloc++;
     notify(a, CCI_EV_SEGMENT_ALLOC, stream, addr, size, 0);
     return b;
@@ -186,10 +220,10 @@ static void release_block(cci_allocator *a, cci_block *b)
         cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment failed; forgetting it", a->device,
                 s->size);
     cci__seg_remove(a, s);
-    stat_pool(a->st.segment, small, -1);
-    stat_pool(a->st.reserved_bytes, small, -(int64_t)s->size);
+    stat_pool_dec(a->st.segment, small, 1);
+    stat_pool_dec(a->st.reserved_bytes, small, (int64_t)s->size);
     if (is_oversize(a, s->size))
-        stat_add(&a->st.oversize_segments, -1);
+        stat_dec(&a->st.oversize_segments, 1);
     a->st.num_device_free++;
     notify(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size, 0);
     block_drop(a, b);
@@ -226,7 +260,7 @@ static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, u
     return b;
 }
 
-void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
+static inline void absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
 {
     cci_tree_remove(&a->free_tree[c->small], c);
     if (c == b->prev) {
@@ -245,6 +279,8 @@ void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
     block_drop(a, c);
 }
 
+void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c) { absorb_free_neighbour(a, b, c); }
+
 // Returns b to the free set, merging with free neighbours, and keeps the active and
 // inactive-split counters in step.
 static void free_block(cci_allocator *a, cci_block *b)
@@ -258,7 +294,7 @@ static void free_block(cci_allocator *a, cci_block *b)
             continue;
         net_blocks--;
         net_bytes -= (int64_t)c->size;
-        cci__absorb_free_neighbour(a, b, c);
+        absorb_free_neighbour(a, b, c);
     }
     free_set_insert(a, b);
     if (!is_whole(b)) {
@@ -267,8 +303,8 @@ static void free_block(cci_allocator *a, cci_block *b)
     }
     stat_pool(a->st.inactive_split, b->small, net_blocks);
     stat_pool(a->st.inactive_split_bytes, b->small, net_bytes);
-    stat_pool(a->st.active, b->small, -1);
-    stat_pool(a->st.active_bytes, b->small, -(int64_t)orig);
+    stat_pool_dec(a->st.active, b->small, 1);
+    stat_pool_dec(a->st.active_bytes, b->small, (int64_t)orig);
 }
 
 static int should_split(const cci_allocator *a, const cci_block *b, size_t rounded)
@@ -293,14 +329,14 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
         b->size = rounded;
         free_set_insert(a, rest);
         if (was_split) {
-            stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)rounded);
+            stat_pool_dec(a->st.inactive_split_bytes, b->small, (int64_t)rounded);
         } else {
-            stat_pool(a->st.inactive_split_bytes, b->small, (int64_t)rest->size);
-            stat_pool(a->st.inactive_split, b->small, 1);
+            stat_pool_inc(a->st.inactive_split_bytes, b->small, (int64_t)rest->size);
+            stat_pool_inc(a->st.inactive_split, b->small, 1);
         }
     } else if (was_split) {
-        stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)b->size);
-        stat_pool(a->st.inactive_split, b->small, -1);
+        stat_pool_dec(a->st.inactive_split_bytes, b->small, (int64_t)b->size);
+        stat_pool_dec(a->st.inactive_split, b->small, 1);
     }
     b->state = BLOCK_ALLOCATED;
     b->requested = requested;
@@ -308,18 +344,18 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
     HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), b);
     if (hash_oom) {
         // Undo as if it had been freed at once: the host is out of memory, not the device.
-        stat_pool(a->st.active, b->small, 1);
-        stat_pool(a->st.active_bytes, b->small, (int64_t)b->size);
+        stat_pool_inc(a->st.active, b->small, 1);
+        stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
         free_block(a, b);
         return CCI_EOOM;
     }
-    stat_pool(a->st.allocation, b->small, 1);
-    stat_pool(a->st.allocated_bytes, b->small, (int64_t)b->size);
-    stat_pool(a->st.active, b->small, 1);
-    stat_pool(a->st.active_bytes, b->small, (int64_t)b->size);
-    stat_pool(a->st.requested_bytes, b->small, (int64_t)requested);
+    stat_pool_inc(a->st.allocation, b->small, 1);
+    stat_pool_inc(a->st.allocated_bytes, b->small, (int64_t)b->size);
+    stat_pool_inc(a->st.active, b->small, 1);
+    stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
+    stat_pool_inc(a->st.requested_bytes, b->small, (int64_t)requested);
     if (is_oversize(a, b->size))
-        stat_add(&a->st.oversize_allocations, 1);
+        stat_inc(&a->st.oversize_allocations, 1);
     notify(a, CCI_EV_ALLOC, b->stream, b->addr, b->size, requested);
     return CCI_OK;
 }
@@ -663,11 +699,11 @@ static int classify_unknown(cci_allocator *a, uintptr_t p)
 // The allocation statistics of a block leaving the allocated state.
 static void count_free(cci_allocator *a, const cci_block *b)
 {
-    stat_pool(a->st.allocation, b->small, -1);
-    stat_pool(a->st.allocated_bytes, b->small, -(int64_t)b->size);
-    stat_pool(a->st.requested_bytes, b->small, -(int64_t)b->requested);
+    stat_pool_dec(a->st.allocation, b->small, 1);
+    stat_pool_dec(a->st.allocated_bytes, b->small, (int64_t)b->size);
+    stat_pool_dec(a->st.requested_bytes, b->small, (int64_t)b->requested);
     if (is_oversize(a, b->size))
-        stat_add(&a->st.oversize_allocations, -1);
+        stat_dec(&a->st.oversize_allocations, 1);
 }
 
 void cci__release_cached(cci_allocator *a, cci_block *b)

@@ -40,8 +40,12 @@ typedef struct cci_block {
     struct cci_block *prev;   // address-order neighbours inside the segment
     struct cci_block *next;
     cci_segment *seg;
-    struct cci_block *left;   // free-set links (treap), valid while state == BLOCK_FREE
-    struct cci_block *right;
+    // Free-set links (treap), valid while state == BLOCK_FREE. The children are an array so that
+    // a descent picks its side by index (child[key > node]) instead of by a branch: the side is a
+    // coin toss the branch predictor loses half the time, and a lost guess costs more than a level.
+    // The parent link lets a removal find the block's place without a descent from the root.
+    struct cci_block *child[2];
+    struct cci_block *parent;
     uint32_t prio;
     uint8_t state;
     uint8_t small;

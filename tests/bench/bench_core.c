@@ -2,7 +2,8 @@
 // The allocator core alone on the simulated device: what the policy costs before any hook, driver
 // or GPU adds to it. Three tables: cached pairs per size, the mixed workload, thread scaling.
 //
-//   bench_core [--quick]     (--quick: smaller budgets, for a smoke run)
+//   bench_core [--quick] [--mixed]   (--quick: smaller budgets, for a smoke run;
+//                                    --mixed: the mixed workload alone, for a profiler)
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -204,11 +205,23 @@ static void thread_table(long pairs)
 int main(int argc, char **argv)
 {
     long pairs = 200000;
-    if (argc > 1 && !strcmp(argv[1], "--quick")) {
-        budget_ns = 20000000ull;
-        pairs = 20000;
+    int mixed_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            budget_ns = 20000000ull;
+            pairs = 20000;
+        } else if (!strcmp(argv[i], "--mixed")) {
+            mixed_only = 1;
+        } else {
+            fprintf(stderr, "bench_core: unknown option '%s' (use --quick, --mixed)\n", argv[i]);
+            return 2;
+        }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mixed_only) {
+        mixed_table();
+        return 0;
+    }
     per_size_table();
     mixed_table();
     thread_table(pairs);
