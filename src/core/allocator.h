@@ -42,11 +42,28 @@ typedef struct cci_event {
     uintptr_t addr;
     size_t size;       ///< block or segment size (rounded)
     size_t requested;  ///< what the program asked for (alloc and OOM); the cci_free_mode taken (free_requested)
+    /// The allocator's order of its events, for observers that take them in batches: by `order`,
+    /// then, between the events of several threads with the same `order`, by `stamp` (each
+    /// thread's events in the order it made them). Events of a locked section have an even
+    /// `order`; the fast paths' events after that section, the next odd one.
+    uint64_t order;
+    uint64_t stamp;
 } cci_event;
 
 /// Called under the allocator lock: keep it short, never call back into the allocator.
 /// Up to CCI_MAX_OBSERVERS may be attached (trace recorder, report timeline).
 typedef void (*cci_observer_fn)(void *ud, const cci_event *ev);
+
+/// A batch observer's door for the fast paths' block events (per-thread caches: allocations and
+/// frees reusable at once): `n` events of one thread, oldest first, all with the same `order`.
+/// Called without the allocator lock, by the thread that made them or by a lock holder, and
+/// possibly by several threads at once: the observer takes a lock of its own or keeps per-thread
+/// state. What it is guaranteed: every event of an even `order` reaches `fn` after every fast-path
+/// event of a lower `order` reached `batch`, and before any of a higher one. So sums kept by a
+/// batch observer are exact whenever `fn` is called. Telling events one at a time, in one order,
+/// under one lock, is what had kept threads from scaling: the batches let each thread hand its
+/// own events over.
+typedef void (*cci_batch_fn)(void *ud, const cci_event *ev, size_t n);
 
 /// Creates the allocator of `device`. The configuration is copied. NULL on host out-of-memory.
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend backend);
@@ -67,6 +84,12 @@ int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud);
 /// The same for the event kinds in `kinds` only (a mask of 1u << cci_event_kind): an observer
 /// of segments need not be called for each of the allocations.
 int cci_allocator_add_observer_of(cci_allocator *a, cci_observer_fn fn, void *ud, unsigned kinds);
+/// An observer with a batch door (cci_batch_fn): `fn` gets the events of locked sections, one at
+/// a time under the lock; `batch` the fast paths' block events, per thread, without it.
+int cci_allocator_add_batch_observer(cci_allocator *a, cci_observer_fn fn, cci_batch_fn batch, void *ud,
+                                     unsigned kinds);
+/// Every event made up to now reaches the observers before this returns (a stop).
+void cci_allocator_flush_events(cci_allocator *a);
 
 /// Hands out a block of at least `size` bytes on `stream` (size 0 gets the minimum block).
 /// CCI_OK and *out, CCI_EOOM after every retry, CCI_EBACKEND when the device failed otherwise.

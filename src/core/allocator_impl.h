@@ -52,15 +52,8 @@ typedef struct cci_fence_batch {
     struct cci_fence_batch *next;  // closed batches, oldest first
 } cci_fence_batch;
 
-// An event kept for the observers until the next unlock (tcache.c).
-typedef struct cci_tc_event {
-    uint64_t stamp;
-    uintptr_t addr;
-    size_t size;
-    size_t requested;  // the request for ALLOC, the free mode for FREE_REQUESTED
-    uint64_t stream;
-    int kind;
-} cci_tc_event;
+// An event kept for the observers until the next unlock, or a batch (tcache.c).
+typedef cci_event cci_tc_event;
 
 struct cci_allocator {
     pthread_mutex_t lock;
@@ -90,8 +83,15 @@ struct cci_allocator {
     cci_block *spare;            // recycled block records: splitting must not cost a malloc
     size_t nspare;
 
-    struct { cci_observer_fn fn; void *ud; unsigned kinds; } obs[CCI_MAX_OBSERVERS];  // kinds: 1u << kind
+    struct {
+        cci_observer_fn fn;
+        cci_batch_fn batch;  // NULL: told every event one at a time, in order, under the lock
+        void *ud;
+        unsigned kinds;      // 1u << kind
+    } obs[CCI_MAX_OBSERVERS];
     int nobs;
+    int nobs_serial_fast;  // observers without a batch door that want the fast paths' kinds
+    uint64_t epoch;        // locked sections so far: the `order` of events (cci_event)
 
     struct cci_exp *exp;         // expandable-segment mode (expandable.c); NULL = ordinary segments
 
@@ -181,6 +181,11 @@ void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, ui
 /// Tells the observers now.
 void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                      size_t requested);
+/// The kinds a fast path makes (tcache.c): observers that want one of them get its log.
+#define CCI_FAST_KINDS (1u << CCI_EV_ALLOC | 1u << CCI_EV_FREE_REQUESTED | 1u << CCI_EV_FREE_COMPLETED)
+/// Which observers an event is told to: those with a batch door, those without, or both.
+enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
+void cci__tell(cci_allocator *a, const cci_event *ev, int which);
 /// Queues an event for the unlock while thread caches exist: 1 when queued.
 int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                         size_t requested);

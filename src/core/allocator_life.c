@@ -126,10 +126,15 @@ void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uin
 {
     if (!a->nobs)
         return;
-    cci_event ev = {kind, a->device, stream, addr, size, requested};
+    cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
+    cci__tell(a, &ev, CCI_TELL_ALL);
+}
+
+void cci__tell(cci_allocator *a, const cci_event *ev, int which)
+{
     for (int i = 0; i < a->nobs; i++)
-        if (a->obs[i].kinds & (1u << kind))
-            a->obs[i].fn(a->obs[i].ud, &ev);
+        if ((a->obs[i].kinds & (1u << ev->kind)) && (which & (a->obs[i].batch ? CCI_TELL_BATCH : CCI_TELL_SERIAL)))
+            a->obs[i].fn(a->obs[i].ud, ev);
 }
 
 void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
@@ -152,17 +157,32 @@ int cci_allocator_add_observer(cci_allocator *a, cci_observer_fn fn, void *ud)
 
 int cci_allocator_add_observer_of(cci_allocator *a, cci_observer_fn fn, void *ud, unsigned kinds)
 {
+    return cci_allocator_add_batch_observer(a, fn, NULL, ud, kinds);
+}
+
+int cci_allocator_add_batch_observer(cci_allocator *a, cci_observer_fn fn, cci_batch_fn batch, void *ud,
+                                     unsigned kinds)
+{
     cci__lock(a);
     int rc = -1;
     if (a->nobs < CCI_MAX_OBSERVERS) {
         a->obs[a->nobs].fn = fn;
+        a->obs[a->nobs].batch = batch;
         a->obs[a->nobs].ud = ud;
         a->obs[a->nobs].kinds = kinds;
         a->nobs++;
+        if (!batch && (kinds & CCI_FAST_KINDS))
+            a->nobs_serial_fast++;
         rc = 0;
     }
     cci__unlock(a);
     return rc;
+}
+
+void cci_allocator_flush_events(cci_allocator *a)
+{
+    cci__lock(a);
+    cci__unlock(a);
 }
 
 void cci_allocator_with_lock(cci_allocator *a, void (*fn)(void *ud), void *ud)

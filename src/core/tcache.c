@@ -60,6 +60,7 @@ struct cci_tc {
     int nlog, nhanded, told;
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
+    uint64_t order;            // the `order` of this thread's fast-path events (set at each unlock)
     uint64_t last_stamp;
 };
 
@@ -396,14 +397,23 @@ static void swap_logs(cci_allocator *a)
     }
 }
 
-static void tell(cci_allocator *a, const tc_event *e)
+// The observers with a batch door get `n` events of one thread at once.
+static void tell_batch(cci_allocator *a, const tc_event *ev, int n)
 {
-    cci__notify_now(a, (cci_event_kind)e->kind, e->stream, e->addr, e->size, e->requested);
+    for (int i = 0; i < a->nobs; i++)
+        if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS))
+            a->obs[i].batch(a->obs[i].ud, ev, (size_t)n);
 }
 
-// Lock held, caches running: the swapped logs, merged by stamp.
+// Lock held, caches running: the swapped logs, merged by stamp, to the observers without a
+// batch door (only when one of them wants the fast paths' kinds: a trace, call sites).
 static void tell_handed(cci_allocator *a)
 {
+    if (!a->nobs_serial_fast) {
+        for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+            tc->nhanded = tc->told = 0;
+        return;
+    }
     for (;;) {
         cci_tc *best = NULL;
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
@@ -411,7 +421,7 @@ static void tell_handed(cci_allocator *a)
                 best = tc;
         if (!best)
             break;
-        tell(a, &best->handed[best->told++]);
+        cci__tell(a, &best->handed[best->told++], CCI_TELL_SERIAL);
     }
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
         tc->nhanded = tc->told = 0;
@@ -527,6 +537,7 @@ size_t cci__tc_drain_fitting(cci_allocator *a, uint64_t stream, int small, size_
 void cci__lock(cci_allocator *a)
 {
     pthread_mutex_lock(&a->lock);
+    a->epoch++;
     if (!a->tcs)
         return;
     unsigned spins = 0;
@@ -577,14 +588,27 @@ void cci__unlock(cci_allocator *a)
                 if (mine)
                     mine->credit[pool][k] = room > 0 ? room : 0;
             }
+        // Batch doors first, while the caches are still stopped: the swapped logs (the fast
+        // paths' events before this section), then the section's own events. So a batch
+        // observer's sums are exact at each event of a locked section (cci_batch_fn).
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+            if (tc->nhanded)
+                tell_batch(a, tc->handed, tc->nhanded);
+        for (size_t i = 0; i < a->nevq; i++)
+            cci__tell(a, &a->evq[i], CCI_TELL_BATCH);
+        for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+            tc->order = 2 * a->epoch + 1;
             atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
+        }
+        // The others, one event at a time, with the caches running again.
         tell_handed(a);
+        for (size_t i = 0; i < a->nevq; i++)
+            cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
+    } else {
+        // Queued even when the last cache left meanwhile (thread exit).
+        for (size_t i = 0; i < a->nevq; i++)
+            cci__tell(a, &a->evq[i], CCI_TELL_ALL);
     }
-    // The locked section's own events, after the caches' older ones; queued even when the last
-    // cache left meanwhile (thread exit).
-    for (size_t i = 0; i < a->nevq; i++)
-        tell(a, &a->evq[i]);
     a->nevq = 0;
     pthread_mutex_unlock(&a->lock);
 }
@@ -602,7 +626,7 @@ int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, 
         a->evq = q;
         a->evq_cap = cap;
     }
-    a->evq[a->nevq++] = (tc_event){0, addr, size, requested, stream, kind};
+    a->evq[a->nevq++] = (tc_event){kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
     return 1;
 }
 
@@ -636,9 +660,25 @@ static cci_tc *enter(cci_allocator *a)
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-static void log_event(cci_tc *tc, uint64_t stamp, int kind, const cci_block *b, size_t requested)
+static void log_event(const cci_allocator *a, cci_tc *tc, uint64_t stamp, cci_event_kind kind, const cci_block *b,
+                      size_t requested)
 {
-    tc->log[tc->nlog++] = (tc_event){stamp, b->addr, b->size, requested, b->stream, kind};
+    tc->log[tc->nlog++] = (tc_event){kind, a->device, b->stream, b->addr, b->size, requested, tc->order, stamp};
+}
+
+// Room for `n` more events in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
+// every observer of the fast paths' kinds has a batch door, the full log goes to them from here
+// (inside the gate: a stop waits for it, so batches and stops keep their order) and no stop is
+// needed.
+static inline int log_room(cci_allocator *a, cci_tc *tc, int n)
+{
+    if (!a->nobs || tc->nlog <= LOG_EVENTS - n)
+        return 1;
+    if (a->nobs_serial_fast)
+        return 0;
+    tell_batch(a, tc->log, tc->nlog);
+    tc->nlog = 0;
+    return 1;
 }
 
 // A fast path's answer when only a full log stopped it: flush, then try once more.
@@ -659,7 +699,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
         if (!delta_covered(tc, &v))
             break;
-        if (a->nobs && tc->nlog > LOG_EVENTS - 1) {
+        if (!log_room(a, tc, 1)) {
             rc = LOG_FULL;
             break;
         }
@@ -669,7 +709,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         b->requested = requested;
         tc->dirty = 1;
         if (a->nobs)
-            log_event(tc, stamp_now(tc), CCI_EV_ALLOC, b, requested);
+            log_event(a, tc, stamp_now(tc), CCI_EV_ALLOC, b, requested);
         *out = b->addr;
         rc = CCI_OK;
         break;
@@ -709,8 +749,8 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     if (a->nobs) {
         // One stamp for both: they happen together, and the log keeps their order.
         uint64_t t = stamp_now(tc);
-        log_event(tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
-        log_event(tc, t, CCI_EV_FREE_COMPLETED, b, 0);
+        log_event(a, tc, t, CCI_EV_FREE_REQUESTED, b, CCI_FREE_NOW);
+        log_event(a, tc, t, CCI_EV_FREE_COMPLETED, b, 0);
     }
     return CCI_OK;
 }
@@ -723,7 +763,7 @@ static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uint
     cci_block **e = table_find(tc, ptr);
     cci_block *b = e ? *e : NULL;
     int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
-             : a->nobs && tc->nlog > LOG_EVENTS - 2                   ? LOG_FULL
+             : !log_room(a, tc, 2)                                     ? LOG_FULL
                                                                       : cache_block(a, tc, b, stream);
     leave(tc);
     return rc;

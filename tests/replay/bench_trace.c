@@ -102,7 +102,7 @@ static double observer_ns(long events, const char *path)
     if (cci_trace_start(path, "bench") != 0)
         exit(1);
     cci_trace_attach(a, (size_t)1 << 34);
-    cci_event ev = {CCI_EV_ALLOC, 0, 0, 0x7f0000000000, 512, 100};
+    cci_event ev = {CCI_EV_ALLOC, 0, 0, 0x7f0000000000, 512, 100, 0, 0};
     uint64_t t0 = now_ns();
     for (long i = 0; i < events; i++) {
         pthread_mutex_lock(&a->lock);
