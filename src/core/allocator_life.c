@@ -117,8 +117,18 @@ void cci_allocator_fork_child(cci_allocator *a)
 void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                       size_t requested)
 {
-    if (a->nobs && !cci__tc_queue_event(a, kind, stream, addr, size, requested))
+    if (!a->nobs)
+        return;
+    if (!a->tcs) {
         cci__notify_now(a, kind, stream, addr, size, requested);
+        return;
+    }
+    // With thread caches, the observers with a batch door are told now (they have had the fast
+    // paths' events at this section's stop); the others at the unlock, after the swapped logs.
+    cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
+    cci__tell(a, &ev, CCI_TELL_BATCH);
+    if (!cci__tc_queue_event(a, kind, stream, addr, size, requested))
+        cci__tell(a, &ev, CCI_TELL_SERIAL);  // host out of memory: told at once, a little out of order
 }
 
 void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,

@@ -556,8 +556,14 @@ void cci__lock(cci_allocator *a)
         }
     }
     swap_logs(a);
-    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         fold_cache(a, tc);
+        // The batch doors hear of the fast paths' events now, before any event of this section
+        // (which they are told at once: cci__notify_full), so that inside a locked section a batch
+        // observer has seen every event before it (cci_batch_fn).
+        if (tc->nhanded)
+            tell_batch(a, tc->handed, tc->nhanded);
+    }
 }
 
 void cci__unlock(cci_allocator *a)
@@ -588,27 +594,16 @@ void cci__unlock(cci_allocator *a)
                 if (mine)
                     mine->credit[pool][k] = room > 0 ? room : 0;
             }
-        // Batch doors first, while the caches are still stopped: the swapped logs (the fast
-        // paths' events before this section), then the section's own events. So a batch
-        // observer's sums are exact at each event of a locked section (cci_batch_fn).
-        for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-            if (tc->nhanded)
-                tell_batch(a, tc->handed, tc->nhanded);
-        for (size_t i = 0; i < a->nevq; i++)
-            cci__tell(a, &a->evq[i], CCI_TELL_BATCH);
         for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
             tc->order = 2 * a->epoch + 1;
             atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
         }
-        // The others, one event at a time, with the caches running again.
+        // The observers without a batch door, one event at a time, with the caches running again.
         tell_handed(a);
-        for (size_t i = 0; i < a->nevq; i++)
-            cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
-    } else {
-        // Queued even when the last cache left meanwhile (thread exit).
-        for (size_t i = 0; i < a->nevq; i++)
-            cci__tell(a, &a->evq[i], CCI_TELL_ALL);
     }
+    // The section's own events (queued even when the last cache left meanwhile: thread exit).
+    for (size_t i = 0; i < a->nevq; i++)
+        cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
     a->nevq = 0;
     pthread_mutex_unlock(&a->lock);
 }
