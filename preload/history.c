@@ -2,6 +2,8 @@
 // The in-memory allocation history and the what-ifs replayed from it (history.h).
 #include "history.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,24 @@
 #define MODE_SHIFT 56
 #define SIZE_MASK (((uint64_t)1 << MODE_SHIFT) - 1)
 
+// The per-thread caches' events come in batches, each thread's own (cci_batch_fn), possibly
+// from several threads at once: each batch becomes a chunk of its own, in the thread that made
+// it, and only linking it takes a lock. Its records are twice as wide as the locked sections'
+// (the stream itself and the time stamp that merges the threads' chunks), hence a chunk of its
+// own rather than slots in the shared array.
+typedef struct chunk {
+    struct chunk *next;
+    uint64_t order;
+    size_t n;
+    uint64_t rec[][4];  // w0 and w1 as above (w0's slot byte unused), the stream, the stamp
+} chunk;
+
+// Where the order of the locked sections' records changes: records [start, next mark's start)
+// have this order (cci_event.order).
+typedef struct {
+    uint64_t order, start;
+} mark;
+
 struct cci_history {
     cci_allocator *owner;
     uint64_t (*rec)[2];
@@ -31,7 +51,36 @@ struct cci_history {
     uint64_t streams[STREAM_SLOTS];
     unsigned nstreams, last_slot;
     int streams_shared;
+    mark *marks;
+    size_t nmarks, marks_cap;
+    pthread_mutex_t chunk_lock;  // the list; chunks never change once linked
+    chunk *chunks;
+    _Atomic uint64_t batched, batch_dropped;  // events in chunks, and those past the cap
 };
+
+static uint64_t record_w0(const cci_event *ev, unsigned slot)
+{
+    return ((uint64_t)ev->addr & ADDR_MASK) | (uint64_t)ev->kind << ADDR_BITS | (uint64_t)slot << 56;
+}
+
+// The size word of a block event; 0 for a kind the history does not keep.
+static int record_w1(const cci_event *ev, uint64_t *w1)
+{
+    switch (ev->kind) {
+    case CCI_EV_ALLOC:
+    case CCI_EV_OOM:
+        *w1 = ev->requested;  // the replay rounds it by the configuration it tries
+        return 1;
+    case CCI_EV_FREE_REQUESTED:  // the free mode taken rides in the size word's top byte
+        *w1 = ev->size | (uint64_t)(ev->requested & 0xFF) << MODE_SHIFT;
+        return 1;
+    case CCI_EV_FREE_COMPLETED:
+        *w1 = ev->size;
+        return 1;
+    default:
+        return 0;  // segments follow from the policy in a replay
+    }
+}
 
 static unsigned stream_slot(cci_history *h, uint64_t stream)
 {
@@ -53,29 +102,65 @@ static void observe(void *ud, const cci_event *ev)
 {
     cci_history *h = ud;
     uint64_t size;
-    switch (ev->kind) {
-    case CCI_EV_ALLOC:
-    case CCI_EV_OOM:
-        size = ev->requested;  // the replay rounds it by the configuration it tries
-        break;
-    case CCI_EV_FREE_REQUESTED:  // the free mode taken rides in the size word's top byte
-        size = ev->size | (uint64_t)(ev->requested & 0xFF) << MODE_SHIFT;
-        break;
-    case CCI_EV_FREE_COMPLETED:
-        size = ev->size;
-        break;
-    default:
-        return;  // segments follow from the policy in a replay
-    }
-    if (h->n >= h->max) {
+    if (!record_w1(ev, &size))
+        return;
+    if (h->n + atomic_load_explicit(&h->batched, memory_order_relaxed) >= h->max) {
         h->dropped++;
         return;
     }
+    if (!h->nmarks || h->marks[h->nmarks - 1].order != ev->order) {
+        if (h->nmarks == h->marks_cap) {
+            // Rarely (the array doubles); without host memory the records join the last mark,
+            // a little out of order against the batches.
+            size_t cap = h->marks_cap ? 2 * h->marks_cap : 1024;
+            mark *m = realloc(h->marks, cap * sizeof *m);
+            if (m) {
+                h->marks = m;
+                h->marks_cap = cap;
+            }
+        }
+        if (h->nmarks < h->marks_cap)
+            h->marks[h->nmarks++] = (mark){ev->order, h->n};
+    }
     uint64_t *r = h->rec[h->n];
-    r[0] = ((uint64_t)ev->addr & ADDR_MASK) | (uint64_t)ev->kind << ADDR_BITS |
-           (uint64_t)stream_slot(h, ev->stream) << 56;
+    r[0] = record_w0(ev, stream_slot(h, ev->stream));
     r[1] = size;
     h->n++;
+}
+
+// The fast paths' events of one thread (cci_batch_fn): a chunk, filled here, then linked.
+static void observe_batch(void *ud, const cci_event *ev, size_t n)
+{
+    cci_history *h = ud;
+    uint64_t before = atomic_fetch_add_explicit(&h->batched, n, memory_order_relaxed);
+    uint64_t room = h->max > before ? h->max - before : 0;  // the locked side's count is checked there
+    size_t take = n < room ? n : (size_t)room;
+    chunk *c = take ? malloc(sizeof *c + take * sizeof c->rec[0]) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; c && i < n && k < take; i++) {
+        uint64_t w1;
+        if (!record_w1(&ev[i], &w1))
+            continue;
+        c->rec[k][0] = record_w0(&ev[i], 0);
+        c->rec[k][1] = w1;
+        c->rec[k][2] = ev[i].stream;
+        c->rec[k][3] = ev[i].stamp;
+        k++;
+    }
+    if (n - k)  // past the cap, or no host memory for the chunk
+        atomic_fetch_add_explicit(&h->batch_dropped, n - k, memory_order_relaxed);
+    if (n > k)
+        atomic_fetch_sub_explicit(&h->batched, n - k, memory_order_relaxed);
+    if (!k) {
+        free(c);
+        return;
+    }
+    c->order = ev[0].order;
+    c->n = k;
+    pthread_mutex_lock(&h->chunk_lock);
+    c->next = h->chunks;
+    h->chunks = c;
+    pthread_mutex_unlock(&h->chunk_lock);
 }
 
 cci_history *cci_history_attach(cci_allocator *a, uint64_t max_events, uint64_t capacity)
@@ -98,10 +183,12 @@ cci_history *cci_history_attach(cci_allocator *a, uint64_t max_events, uint64_t 
     h->rec = p;
     h->max = max_events;
     h->owner = a;
-    if (cci_allocator_add_observer(a, observe, h) != 0) {
+    pthread_mutex_init(&h->chunk_lock, NULL);
+    if (cci_allocator_add_batch_observer(a, observe, observe_batch, h, ~0u) != 0) {
         cci_log(CCI_LOG_WARNING, "device %d: no free observer slot for the history; no what-ifs",
                 cci_allocator_device(a));
         munmap(p, h->map_bytes);
+        pthread_mutex_destroy(&h->chunk_lock);
         free(h);
         return NULL;
     }
@@ -113,45 +200,162 @@ void cci_history_destroy(cci_history *h)
     if (!h)
         return;
     munmap(h->rec, h->map_bytes);
+    for (chunk *c = h->chunks, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    free(h->marks);
+    pthread_mutex_destroy(&h->chunk_lock);
     free(h);
 }
 
-// What was recorded up to now, read under the allocator lock (records below n never change).
+// What was recorded up to now, read under the allocator lock (records below n never change,
+// nor do linked chunks).
 struct extent {
     cci_history *h;
     uint64_t n, dropped, streams[STREAM_SLOTS];
     unsigned nstreams;
     int streams_shared;
+    mark *marks;  // a copy: the observer may grow the array after the lock is dropped
+    size_t nmarks;
+    chunk *chunks;
+    int no_memory;
 };
 
 static void read_extent(void *ud)
 {
     struct extent *e = ud;
-    e->n = e->h->n;
-    e->dropped = e->h->dropped;
-    e->nstreams = e->h->nstreams;
-    memcpy(e->streams, e->h->streams, sizeof e->streams);
-    e->streams_shared = e->h->streams_shared;
+    cci_history *h = e->h;
+    e->n = h->n;
+    e->dropped = h->dropped + atomic_load(&h->batch_dropped);
+    e->nstreams = h->nstreams;
+    memcpy(e->streams, h->streams, sizeof e->streams);
+    e->streams_shared = h->streams_shared;
+    e->nmarks = h->nmarks;
+    e->marks = malloc((h->nmarks ? h->nmarks : 1) * sizeof *e->marks);
+    e->no_memory = !e->marks;
+    if (e->marks)
+        memcpy(e->marks, h->marks, h->nmarks * sizeof *e->marks);
+    pthread_mutex_lock(&h->chunk_lock);
+    e->chunks = h->chunks;
+    pthread_mutex_unlock(&h->chunk_lock);
 }
 
-// The history as a trace the replay reads: 32 bytes an event for the time of the replay.
+// A run of records of one order: the locked sections' [start, end) of the shared array, or a chunk.
+typedef struct {
+    uint64_t order;
+    uint64_t start, end;
+    const chunk *c;
+    uint64_t pos;  // the merge's next record of a chunk
+} order_run;
+
+static int cmp_run(const void *x, const void *y)
+{
+    const order_run *a = x, *b = y;
+    return (a->order > b->order) - (a->order < b->order);
+}
+
+static void emit(cci_trace *t, int device, uint64_t w0, uint64_t w1, uint64_t stream)
+{
+    t->ev[t->n++] = (cci_trace_event){.addr = w0 & ADDR_MASK, .size = w1 & SIZE_MASK, .stream = stream,
+                                      .device = (uint32_t)device, .action = (uint8_t)((w0 >> ADDR_BITS) & 0xF),
+                                      .free_mode = (uint8_t)(w1 >> MODE_SHIFT)};
+}
+
+static uint64_t head_stamp(const order_run *r) { return r->c->rec[r->pos][3]; }
+
+// The chunks of one order (several threads' batches between two locked sections), merged by
+// time stamp through a binary heap of run indices.
+static void merge_chunks(cci_trace *t, int device, order_run *r, size_t k, size_t *heap)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        size_t j = m++;
+        for (heap[j] = i; j && head_stamp(&r[heap[(j - 1) / 2]]) > head_stamp(&r[heap[j]]); j = (j - 1) / 2) {
+            size_t x = heap[j];
+            heap[j] = heap[(j - 1) / 2];
+            heap[(j - 1) / 2] = x;
+        }
+    }
+    while (m) {
+        order_run *top = &r[heap[0]];
+        const uint64_t *rec = top->c->rec[top->pos++];
+        emit(t, device, rec[0], rec[1], rec[2]);
+        if (top->pos == top->c->n)
+            heap[0] = heap[--m];
+        for (size_t j = 0;;) {  // sift down
+            size_t l = 2 * j + 1, small = j;
+            if (l < m && head_stamp(&r[heap[l]]) < head_stamp(&r[heap[small]]))
+                small = l;
+            if (l + 1 < m && head_stamp(&r[heap[l + 1]]) < head_stamp(&r[heap[small]]))
+                small = l + 1;
+            if (small == j)
+                break;
+            size_t x = heap[j];
+            heap[j] = heap[small];
+            heap[small] = x;
+            j = small;
+        }
+    }
+}
+
+// The history as a trace the replay reads: 32 bytes an event for the time of the replay. The
+// locked sections' records and the batches' chunks are put in the allocator's order
+// (cci_event.order, then the stamps between threads).
 static int to_trace(cci_history *h, cci_allocator *a, cci_trace *t, struct extent *e)
 {
-    e->h = h;
-    cci_allocator_with_lock(a, read_extent, e);
     memset(t, 0, sizeof *t);
-    t->ev = malloc((e->n ? e->n : 1) * sizeof *t->ev);
-    if (!t->ev)
-        return -1;
-    int device = cci_allocator_device(a);
-    for (uint64_t i = 0; i < e->n; i++) {
-        const uint64_t *r = h->rec[i];
-        t->ev[i] = (cci_trace_event){.addr = r[0] & ADDR_MASK, .size = r[1] & SIZE_MASK,
-                                     .stream = e->streams[(r[0] >> 56) % STREAM_SLOTS], .device = (uint32_t)device,
-                                     .action = (uint8_t)((r[0] >> ADDR_BITS) & 0xF),
-                                     .free_mode = (uint8_t)(r[1] >> MODE_SHIFT)};
+    memset(e, 0, sizeof *e);
+    e->h = h;
+    cci_allocator_flush_events(a);  // the caches' last events, in their batches
+    cci_allocator_with_lock(a, read_extent, e);
+    size_t nchunks = 0, total = e->n;
+    for (const chunk *c = e->chunks; c; c = c->next) {
+        nchunks++;
+        total += c->n;
     }
-    t->n = t->cap = e->n;
+    size_t nruns = nchunks + e->nmarks + 1;
+    order_run *r = e->no_memory ? NULL : malloc(nruns * sizeof *r);
+    size_t *heap = malloc((nchunks ? nchunks : 1) * sizeof *heap);
+    t->ev = malloc((total ? total : 1) * sizeof *t->ev);
+    if (!r || !heap || !t->ev) {
+        free(r);
+        free(heap);
+        free(e->marks);
+        free(t->ev);
+        t->ev = NULL;
+        return -1;
+    }
+    size_t k = 0;
+    uint64_t first = e->nmarks ? e->marks[0].start : e->n;
+    if (first > 0)  // records before any mark (no host memory for one): first of all
+        r[k++] = (order_run){0, 0, first, NULL, 0};
+    for (size_t i = 0; i < e->nmarks; i++)
+        r[k++] = (order_run){e->marks[i].order, e->marks[i].start, i + 1 < e->nmarks ? e->marks[i + 1].start : e->n,
+                       NULL, 0};
+    for (const chunk *c = e->chunks; c; c = c->next)
+        r[k++] = (order_run){c->order, 0, 0, c, 0};
+    qsort(r, k, sizeof *r, cmp_run);
+    int device = cci_allocator_device(a);
+    for (size_t i = 0; i < k;) {
+        if (!r[i].c) {
+            for (uint64_t j = r[i].start; j < r[i].end; j++)
+                emit(t, device, h->rec[j][0], h->rec[j][1], e->streams[(h->rec[j][0] >> 56) % STREAM_SLOTS]);
+            i++;
+            continue;
+        }
+        size_t g = i;
+        while (g < k && r[g].c && r[g].order == r[i].order)
+            g++;
+        merge_chunks(t, device, r + i, g - i, heap);
+        i = g;
+    }
+    free(r);
+    free(heap);
+    free(e->marks);
+    e->marks = NULL;
+    e->n = t->n;  // every event, the batches' included
+    t->cap = t->n;
     t->format = "history";
     // Recorded by our own allocator, like a CCI_TRACE trace: frees completed by its own
     // synchronisation are left to the replay's allocator to decide (trace.h).

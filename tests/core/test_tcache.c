@@ -9,7 +9,10 @@
 //   3. threads: eight threads allocating and freeing on their own streams while another reads the
 //      statistics and empties the cache; no two live blocks ever overlap, and the totals agree;
 //   4. a thread that exits with blocks in its magazines gives them back, and its live blocks can
-//      be freed by another thread.
+//      be freed by another thread;
+//   5. a batch observer (cci_batch_fn) alone: the threads' full logs reach it as batches without a
+//      stop, and its events, put in the allocator's order (order, then stamp), are a valid history
+//      whose live bytes peak exactly at the statistics' peak.
 #include <pthread.h>
 #include <string.h>
 
@@ -17,6 +20,9 @@
 #include "backend.h"
 #include "config.h"
 #include "testutil.h"
+
+// The kinds a fast path makes (allocations, frees reusable at once).
+#define FAST_KINDS (1u << CCI_EV_ALLOC | 1u << CCI_EV_FREE_REQUESTED | 1u << CCI_EV_FREE_COMPLETED)
 
 
 // ---- 1. exact statistics -----------------------------------------------------------------------
@@ -326,6 +332,138 @@ static void thread_exit(void)
     cci_sim_destroy(sim);
 }
 
+// ---- 5. a batch observer -------------------------------------------------------------------------
+
+typedef struct {
+    cci_event ev;
+    uint64_t seq;  // arrival: each thread's events arrive in the order it made them
+} arrived;
+
+static struct {
+    pthread_mutex_t lock;
+    arrived *ev;
+    size_t n, cap;
+    long batches;
+    int bad_batch;  // a batch mixing orders, or events that are not the fast paths' kinds
+} got = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0};
+
+static void keep(const cci_event *ev)
+{
+    if (got.n == got.cap) {
+        got.cap = got.cap ? 2 * got.cap : 65536;
+        got.ev = realloc(got.ev, got.cap * sizeof *got.ev);
+        if (!got.ev)
+            abort();
+    }
+    got.ev[got.n] = (arrived){*ev, got.n};
+    got.n++;
+}
+
+static void serial_door(void *ud, const cci_event *ev)
+{
+    (void)ud;
+    pthread_mutex_lock(&got.lock);
+    keep(ev);
+    pthread_mutex_unlock(&got.lock);
+}
+
+static void batch_door(void *ud, const cci_event *ev, size_t n)
+{
+    (void)ud;
+    pthread_mutex_lock(&got.lock);
+    got.batches++;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].order != ev[0].order || ev[i].order % 2 != 1 || !(FAST_KINDS & (1u << ev[i].kind)))
+            got.bad_batch = 1;
+        keep(&ev[i]);
+    }
+    pthread_mutex_unlock(&got.lock);
+}
+
+static int by_order(const void *x, const void *y)
+{
+    const arrived *a = x, *b = y;
+    if (a->ev.order != b->ev.order)
+        return a->ev.order < b->ev.order ? -1 : 1;
+    if (a->ev.stamp != b->ev.stamp)
+        return a->ev.stamp < b->ev.stamp ? -1 : 1;
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+#define LIVE_SLOTS (1 << 16)
+
+static void batch_observer(void)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    cci_sim_device *sim = cci_sim_create((size_t)64 << 30);
+    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
+    cci_allocator_thread_cache(a, 1);
+    CHECK(cci_allocator_add_batch_observer(a, serial_door, batch_door, NULL, ~0u) == 0, "batch observer attached");
+    pthread_t t[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){a, i, 20000 * t_scale(), 0};
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    cci_stats st = {.size = sizeof st};
+    for (int i = 0; i < 20; i++)  // stops meanwhile: batches handed over by a lock holder too
+        cci_alloc_stats(a, &st);
+    long failures = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        failures += w[i].failures;
+    }
+    cci_allocator_flush_events(a);
+    cci_alloc_stats(a, &st);
+    CHECK(failures == 0, "%ld allocator calls failed", failures);
+    CHECK(!got.bad_batch, "every batch: one odd order, fast-path kinds only");
+    CHECK(got.batches > THREADS, "full logs went out as batches (%ld batches)", got.batches);
+    qsort(got.ev, got.n, sizeof *got.ev, by_order);
+    // Replayed in that order: every free is of a live block, every allocation of a free address.
+    static uintptr_t live[LIVE_SLOTS];
+    int64_t bytes = 0, peak = 0;
+    long allocs = 0, bad = 0;
+    for (size_t i = 0; i < got.n; i++) {
+        const cci_event *e = &got.ev[i].ev;
+        size_t h = (size_t)(e->addr >> 9) & (LIVE_SLOTS - 1);
+        if (e->kind == CCI_EV_ALLOC) {
+            while (live[h] && live[h] != e->addr)
+                h = (h + 1) & (LIVE_SLOTS - 1);
+            bad += live[h] == e->addr;
+            live[h] = e->addr;
+            allocs++;
+            bytes += (int64_t)e->size;
+            peak = bytes > peak ? bytes : peak;
+        } else if (e->kind == CCI_EV_FREE_REQUESTED) {
+            while (live[h] && live[h] != e->addr)
+                h = (h + 1) & (LIVE_SLOTS - 1);
+            if (live[h] != e->addr) {
+                bad++;
+                continue;
+            }
+            live[h] = 0;
+            // Re-insert the probe run after the hole (open addressing without tombstones).
+            for (size_t j = (h + 1) & (LIVE_SLOTS - 1); live[j]; j = (j + 1) & (LIVE_SLOTS - 1)) {
+                uintptr_t v = live[j];
+                live[j] = 0;
+                size_t k = (size_t)(v >> 9) & (LIVE_SLOTS - 1);
+                while (live[k])
+                    k = (k + 1) & (LIVE_SLOTS - 1);
+                live[k] = v;
+            }
+            bytes -= (int64_t)e->size;
+        }
+    }
+    CHECK(bad == 0, "%ld events out of order (a free before its allocation, or an address handed out twice)", bad);
+    CHECK_EQ_U(allocs, st.allocation[CCI_POOL_ALL].allocated, "every allocation reached the observer");
+    CHECK_EQ_U(bytes, 0, "nothing live at the end");
+    CHECK_EQ_U(peak, st.allocated_bytes[CCI_POOL_ALL].peak, "the ordered events peak at the statistics' peak");
+    free(got.ev);
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
 int main(void)
 {
     for (uint64_t seed = 1; seed <= 4; seed++)
@@ -333,5 +471,6 @@ int main(void)
     fast_path_serves();
     threads();
     thread_exit();
+    batch_observer();
     return t_finish();
 }
