@@ -153,11 +153,12 @@ static void *thread_main(void *p)
 }
 
 // Every thread works on its own stream key (as every CUDA stream gets its own pool in PyTorch),
-// all on one device's allocator, so the figure is what the allocator lock allows.
+// all on one device's allocator with its per-thread caches on, as the preload has them.
 static double run_threads(int n, long pairs)
 {
     cci_sim_device *sim;
     cci_allocator *a = new_allocator(&sim);
+    cci_allocator_thread_cache(a, 1);  // as in the preload, where they are on by default
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)n + 1);
     pthread_t tid[16];

@@ -269,6 +269,19 @@ def bench(out):
     if 1 in core and 8 in core:
         add("core, 8 threads vs 1 (pairs/s)", f"{core[8][0] / 1e6:.1f} M/s", f"{core[1][0] / 1e6:.1f} M/s",
             rx(core[8][1]), ">= 4x", core[8][1] >= 4)
+    # Issue 15's thread target through the hooks: 8 threads on their own streams against one.
+    try:
+        with open(os.path.join(out, "bench_threads.json")) as fh:
+            thread_rows = dict(json.load(fh).get("results", []))
+    except (OSError, ValueError, TypeError):
+        thread_rows = {}
+    for name in ("ours async", "ours immediate_reuse", "CUDA cudaMallocAsync"):
+        cells = (thread_rows.get(name) or {}).get("cells") or {}
+        one, eight = cells.get("1"), cells.get("8")
+        if one and eight:
+            target = name.startswith("ours")
+            add(f"threads: {name}, 8 vs 1 (pairs/s)", f"{eight / 1e6:.2f} M/s", f"{one / 1e6:.2f} M/s",
+                rx(eight / one), ">= 4x" if target else "", (eight / one >= 4) if target else None)
 
     def loop(config):
         r = last_json(os.path.join(out, f"torch_loop-{config}.log"), "label")
