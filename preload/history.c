@@ -234,7 +234,7 @@ static void read_extent(void *ud)
     e->nmarks = h->nmarks;
     e->marks = malloc((h->nmarks ? h->nmarks : 1) * sizeof *e->marks);
     e->no_memory = !e->marks;
-    if (e->marks)
+    if (e->marks && h->nmarks)
         memcpy(e->marks, h->marks, h->nmarks * sizeof *e->marks);
     pthread_mutex_lock(&h->chunk_lock);
     e->chunks = h->chunks;

@@ -647,7 +647,8 @@ static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, 
             v[n++] = (victim){b, lo, hi};
         }
     }
-    qsort(v, n, sizeof *v, by_pages_desc);
+    if (n)  // v is NULL when nothing was found: qsort must not see it
+        qsort(v, n, sizeof *v, by_pages_desc);
     size_t take = 0, got = 0;
     for (; take < n && got < target; take++) {
         size_t page = v[take].b->seg->vmm->page, bytes = v[take].hi - v[take].lo;
