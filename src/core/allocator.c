@@ -634,12 +634,12 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
     size_t fit = b ? b->size : SIZE_MAX;
-    if (a->tcs && fit != rounded && cci__tc_fitting_cached(a, stream, small, rounded, fit)) {
+    if (a->tcs && fit != rounded && cci__tc_fitting(a, stream, small, rounded, fit, 0)) {
         // Another thread's magazine holds a closer fit: with it back in the free set, the policy
         // chooses as it would without the caches.
         if (b)
             cci_tree_insert(&a->free_tree[small], b);
-        cci__tc_drain_fitting(a, stream, small, rounded, fit);
+        cci__tc_fitting(a, stream, small, rounded, fit, 1);
         b = take_free_block(a, rounded, small, stream);
     }
     if (b && a->fenced_count && b->size >= FENCED_FIT_FACTOR * rounded)

@@ -127,7 +127,7 @@ void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, ui
     // paths' events at this section's stop); the others at the unlock, after the swapped logs.
     cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
     cci__tell(a, &ev, CCI_TELL_BATCH);
-    if (!cci__tc_queue_event(a, kind, stream, addr, size, requested))
+    if (!cci__tc_queue_event(a, &ev))
         cci__tell(a, &ev, CCI_TELL_SERIAL);  // host out of memory: told at once, a little out of order
 }
 

@@ -379,11 +379,11 @@ static cci_tc *attach_cache(cci_allocator *a)
 
 // ---- stops ----------------------------------------------------------------------------------
 
-// Observers hear of events in time order, and not while the caches are stopped: a stop swaps
-// each cache's log out (tc->handed); the unlock, with the caches running again and the mutex
-// still held, tells the swapped logs merged by stamp, then the events of the locked section
-// itself (a->evq, queued by cci__notify_full meanwhile). Other threads' fast paths go on while
-// the observers work.
+// A stop swaps each cache's log out (tc->handed). Observers with a batch door get the swapped logs
+// at once, at the stop, and the locked section's own events as they happen (cci__notify_full).
+// The others hear of events one at a time, in time order, at the unlock, with the caches running
+// again and the mutex still held: the swapped logs merged by stamp, then the section's events
+// (a->evq, queued by cci__notify_full meanwhile).
 static void swap_logs(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
@@ -509,29 +509,18 @@ static int class_fits(const mag_class *m, uint64_t stream, int small, size_t rou
            cci_is_small(m->size) == small;
 }
 
-int cci__tc_fitting_cached(const cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than)
-{
-    const cci_tc *mine = my_cache(a);
-    for (const cci_tc *tc = a->tcs; tc; tc = tc->next)
-        if (tc != mine)
-            for (int c = 0; c < MAG_CLASSES; c++)
-                if (class_fits(&tc->mag[c], stream, small, rounded, than))
-                    return 1;
-    return 0;
-}
-
-size_t cci__tc_drain_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than)
+size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than, int drain)
 {
     cci_tc *mine = my_cache(a);
-    size_t drained = 0;
+    size_t found = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         if (tc == mine)
             continue;
         for (int c = 0; c < MAG_CLASSES; c++)
             if (class_fits(&tc->mag[c], stream, small, rounded, than))
-                drained += drain_class(a, tc, c);
+                found += drain ? drain_class(a, tc, c) : (size_t)tc->mag[c].n;
     }
-    return drained;
+    return found;
 }
 
 void cci__lock(cci_allocator *a)
@@ -608,8 +597,7 @@ void cci__unlock(cci_allocator *a)
     pthread_mutex_unlock(&a->lock);
 }
 
-int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                        size_t requested)
+int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 {
     if (!a->tcs)
         return 0;
@@ -621,7 +609,7 @@ int cci__tc_queue_event(cci_allocator *a, cci_event_kind kind, uint64_t stream, 
         a->evq = q;
         a->evq_cap = cap;
     }
-    a->evq[a->nevq++] = (tc_event){kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
+    a->evq[a->nevq++] = *ev;
     return 1;
 }
 
@@ -764,18 +752,11 @@ static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uint
     return rc;
 }
 
-// A stop that only hands the logs to the observers and folds the statistics (no block moves).
-static void flush(cci_allocator *a)
-{
-    cci__lock(a);
-    cci__unlock(a);
-}
-
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
     int rc = try_alloc(a, rounded, requested, stream, out);
     if (rc == LOG_FULL) {
-        flush(a);
+        cci_allocator_flush_events(a);  // a stop that moves no block
         rc = try_alloc(a, rounded, requested, stream, out);
     }
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
@@ -785,7 +766,7 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 {
     int rc = try_free(a, ptr, stream);
     if (rc == LOG_FULL) {
-        flush(a);
+        cci_allocator_flush_events(a);  // a stop that moves no block
         rc = try_free(a, ptr, stream);
     }
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;

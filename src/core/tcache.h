@@ -41,13 +41,13 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 void cci__tc_drain_all(cci_allocator *a);
 /// Lock held: the calling thread's magazine blocks only. A locked allocation starts with these,
 /// and takes the other threads' blocks only when one of them fits the request better than the
-/// free set's best (cci__tc_drain_fitting): draining every thread at every locked allocation made
+/// free set's best (cci__tc_fitting): draining every thread at every locked allocation made
 /// one thread's miss empty the others' magazines, so that their next allocations missed too.
 void cci__tc_drain_mine(cci_allocator *a);
-/// Lock held: whether another thread's magazine holds a block on `stream` in the pool `small`
-/// that can hold `rounded` and is smaller than `than`; and those blocks back to the free set.
-int cci__tc_fitting_cached(const cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than);
-size_t cci__tc_drain_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than);
+/// Lock held: the other threads' magazine blocks on `stream` in the pool `small` that can hold
+/// `rounded` and are smaller than `than`: how many there are, and with `drain` set, put back into
+/// the free set.
+size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than, int drain);
 
 // Lock held.
 /// The calling thread was handed `b` by the locked path: it may free it on its fast path.

@@ -132,6 +132,14 @@ static void record(cci_report_timeline *t, uint64_t now)
 
 static void sub(uint64_t *v, uint64_t d) { *v = *v > d ? *v - d : 0; }
 
+static void move(uint64_t *v, int64_t d)
+{
+    if (d >= 0)
+        *v += (uint64_t)d;
+    else
+        sub(v, (uint64_t)-d);
+}
+
 static void observe(void *ud, const cci_event *ev)
 {
     cci_report_timeline *t = ud;  // runs under the allocator lock: no lock of its own
@@ -234,14 +242,8 @@ static void observe_batch(void *ud, const cci_event *ev, size_t n)
     }
     pthread_mutex_lock(&t->batch_lock);
     for (int p = 0; p < 2; p++) {
-        if (alloc[p] >= 0)
-            t->alloc[p] += (uint64_t)alloc[p];
-        else
-            sub(&t->alloc[p], (uint64_t)-alloc[p]);
-        if (pending[p] >= 0)
-            t->pending[p] += (uint64_t)pending[p];
-        else
-            sub(&t->pending[p], (uint64_t)-pending[p]);
+        move(&t->alloc[p], alloc[p]);
+        move(&t->pending[p], pending[p]);
     }
     t->dirty = 1;
     pthread_mutex_unlock(&t->batch_lock);

@@ -25,6 +25,17 @@
 #define FAST_KINDS (1u << CCI_EV_ALLOC | 1u << CCI_EV_FREE_REQUESTED | 1u << CCI_EV_FREE_COMPLETED)
 
 
+// An allocator on a simulated device of `capacity` bytes, with its per-thread caches on.
+static cci_allocator *cached_allocator(size_t capacity, cci_sim_device **sim)
+{
+    cci_config cfg;
+    cci_config_default(&cfg);
+    *sim = cci_sim_create(capacity);
+    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(*sim));
+    cci_allocator_thread_cache(a, 1);
+    return a;
+}
+
 // ---- 1. exact statistics -----------------------------------------------------------------------
 
 // What the event stream says, recomputed: live bytes and blocks, and their peaks.
@@ -139,11 +150,8 @@ static void counting_observer(void *ud, const cci_event *ev)
 
 static void fast_path_serves(void)
 {
-    cci_config cfg;
-    cci_config_default(&cfg);
-    cci_sim_device *sim = cci_sim_create((size_t)8 << 30);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
-    cci_allocator_thread_cache(a, 1);
+    cci_sim_device *sim;
+    cci_allocator *a = cached_allocator((size_t)8 << 30, &sim);
     long events = 0;
     cci_allocator_add_observer(a, counting_observer, &events);
     uintptr_t first = 0, p = 0;
@@ -247,32 +255,51 @@ static void *work(void *arg)
     return NULL;
 }
 
-static void threads(void)
+// THREADS workers on `a`, while this thread does `meanwhile`; their failed calls in all.
+static long run_workers(cci_allocator *a, void (*meanwhile)(cci_allocator *a))
 {
-    cci_config cfg;
-    cci_config_default(&cfg);
-    cci_sim_device *sim = cci_sim_create((size_t)64 << 30);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
-    cci_allocator_thread_cache(a, 1);
-    recount rc = {0};
-    cci_allocator_add_observer(a, recount_event, &rc);
     pthread_t t[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
         w[i] = (worker){a, i, 20000 * t_scale(), 0};
         pthread_create(&t[i], NULL, work, &w[i]);
     }
-    cci_stats st = {.size = sizeof st};
-    for (int i = 0; i < 50; i++) {  // readers and flushes meanwhile
-        cci_alloc_stats(a, &st);
-        if (i % 10 == 0)
-            cci_alloc_empty_cache(a);
-    }
+    meanwhile(a);
     long failures = 0;
     for (int i = 0; i < THREADS; i++) {
         pthread_join(t[i], NULL);
         failures += w[i].failures;
     }
+    return failures;
+}
+
+// Statistics readers and cache flushes meanwhile.
+static void readers_and_flushes(cci_allocator *a)
+{
+    cci_stats st = {.size = sizeof st};
+    for (int i = 0; i < 50; i++) {
+        cci_alloc_stats(a, &st);
+        if (i % 10 == 0)
+            cci_alloc_empty_cache(a);
+    }
+}
+
+// Stops meanwhile: batches handed over by a lock holder too.
+static void readers(cci_allocator *a)
+{
+    cci_stats st = {.size = sizeof st};
+    for (int i = 0; i < 20; i++)
+        cci_alloc_stats(a, &st);
+}
+
+static void threads(void)
+{
+    cci_sim_device *sim;
+    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    recount rc = {0};
+    cci_allocator_add_observer(a, recount_event, &rc);
+    long failures = run_workers(a, readers_and_flushes);
+    cci_stats st = {.size = sizeof st};
     cci_alloc_stats(a, &st);
     CHECK(failures == 0, "%ld allocator calls failed", failures);
     CHECK(overlaps == 0, "%d overlaps between live blocks of different threads", overlaps);
@@ -310,11 +337,8 @@ static void *allocate_and_exit(void *arg)
 
 static void thread_exit(void)
 {
-    cci_config cfg;
-    cci_config_default(&cfg);
-    cci_sim_device *sim = cci_sim_create((size_t)8 << 30);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
-    cci_allocator_thread_cache(a, 1);
+    cci_sim_device *sim;
+    cci_allocator *a = cached_allocator((size_t)8 << 30, &sim);
     exiting x = {a, 0};
     pthread_t t;
     pthread_create(&t, NULL, allocate_and_exit, &x);
@@ -394,26 +418,11 @@ static int by_order(const void *x, const void *y)
 
 static void batch_observer(void)
 {
-    cci_config cfg;
-    cci_config_default(&cfg);
-    cci_sim_device *sim = cci_sim_create((size_t)64 << 30);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(sim));
-    cci_allocator_thread_cache(a, 1);
+    cci_sim_device *sim;
+    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
     CHECK(cci_allocator_add_batch_observer(a, serial_door, batch_door, NULL, ~0u) == 0, "batch observer attached");
-    pthread_t t[THREADS];
-    worker w[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){a, i, 20000 * t_scale(), 0};
-        pthread_create(&t[i], NULL, work, &w[i]);
-    }
+    long failures = run_workers(a, readers);
     cci_stats st = {.size = sizeof st};
-    for (int i = 0; i < 20; i++)  // stops meanwhile: batches handed over by a lock holder too
-        cci_alloc_stats(a, &st);
-    long failures = 0;
-    for (int i = 0; i < THREADS; i++) {
-        pthread_join(t[i], NULL);
-        failures += w[i].failures;
-    }
     cci_allocator_flush_events(a);
     cci_alloc_stats(a, &st);
     CHECK(failures == 0, "%ld allocator calls failed", failures);
