@@ -144,25 +144,15 @@ elif cci_find_workloads; then
     # rotated by one place per round, so that a host drifting over the call (clocks, caches, other
     # tenants) weighs on every configuration alike. A round starts only if the last one would
     # still fit before the deadline: then every workload has the same number of rounds.
-    : >"$OUT/rounds.txt"
-    round_secs=0
-    for ((r = 1; r <= REPEATS; r++)); do
-        if (( r > 1 && $(cci_left) < round_secs + 30 )); then
-            cci_say "STOPPED after $((r - 1)) of $REPEATS rounds: round $((r - 1)) took ${round_secs}s, $(cci_left)s are left"
-            break
-        fi
-        t_round=$SECONDS
-        # shellcheck disable=SC2086  # CONFIGS is a list of words
-        order=$("$PYTHON" tests/bench/repeat_stats.py order "$r" $CONFIGS) || { status=1; break; }
-        echo "round $r: $order" >>"$OUT/rounds.txt"
+    cci_rounds_begin
+    while cci_round_next 30; do
         for w in $WORKLOADS; do
-            for c in $order; do
-                run_torch "$w" "$c" "$r" || status=1
+            for c in $CCI_ORDER; do
+                run_torch "$w" "$c" "$CCI_ROUND" || status=1
             done
         done
-        round_secs=$((SECONDS - t_round))
-        cci_say "round $r of $REPEATS done in ${round_secs}s (order: $order)"
     done
+    (( CCI_ROUNDS_FAILED == 0 )) || status=1
     echo
     CONFIGS="$CONFIGS" WORKLOADS="$WORKLOADS" "$PYTHON" tests/bench/gpu_report.py check "$OUT" |
         tee -a "$OUT/summary.txt" || status=1

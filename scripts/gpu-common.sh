@@ -23,6 +23,38 @@ cci_say() { printf '[%4ds] %s\n' $((SECONDS - CCI_T0)) "$*"; }
 # is cut at 600 s, and the summary must still be printed).
 cci_left() { echo $(( ${CCI_DEADLINE:-510} - (SECONDS - CCI_T0) )); }
 
+# Rounds: `cci_rounds_begin; while cci_round_next MARGIN; do ... CCI_ROUND, CCI_ORDER ...; done`.
+# REPEATS rounds, each with every configuration of CONFIGS in an order rotated from round to round
+# (tests/bench/repeat_stats.py says why), logged in $OUT/rounds.txt. A round starts only if the
+# last one, plus MARGIN seconds, would still fit before the deadline, so every configuration gets
+# the same number of rounds. cci_round_next also reports the round just done; it fails (ending the
+# loop) after the last round, at the deadline, or when the order cannot be made (CCI_ROUNDS_FAILED=1).
+cci_rounds_begin() {
+    : >"$OUT/rounds.txt"
+    CCI_ROUND=0 CCI_ORDER='' CCI_ROUNDS_FAILED=0 _cci_round_t=$SECONDS _cci_round_secs=0
+}
+cci_round_next() {
+    local margin=$1
+    if (( CCI_ROUND > 0 )); then
+        _cci_round_secs=$((SECONDS - _cci_round_t))
+        cci_say "round $CCI_ROUND of $REPEATS done in ${_cci_round_secs}s (order: $CCI_ORDER)"
+    fi
+    (( CCI_ROUND < REPEATS )) || return 1
+    if (( CCI_ROUND > 0 && $(cci_left) < _cci_round_secs + margin )); then
+        cci_say "STOPPED after $CCI_ROUND of $REPEATS rounds: round $CCI_ROUND took ${_cci_round_secs}s, $(cci_left)s are left"
+        return 1
+    fi
+    CCI_ROUND=$((CCI_ROUND + 1))
+    _cci_round_t=$SECONDS
+    # shellcheck disable=SC2086  # CONFIGS is a list of words
+    if ! CCI_ORDER=$("$PYTHON" tests/bench/repeat_stats.py order "$CCI_ROUND" $CONFIGS); then
+        # shellcheck disable=SC2034  # read by the scripts that source this file
+        CCI_ROUNDS_FAILED=1
+        return 1
+    fi
+    echo "round $CCI_ROUND: $CCI_ORDER" >>"$OUT/rounds.txt"
+}
+
 # cci_run SECONDS LOG CMD...: runs CMD with its output in LOG; prints the tail when it fails.
 cci_run() {
     local limit=$1 log=$2

@@ -50,24 +50,14 @@ run_ddp() {  # LOG [ddp_encoder.py args] -- ENV...
 }
 # Rounds outermost, the order rotated each round (tests/bench/repeat_stats.py says why); a round
 # that would not fit before the deadline is not started.
-: >"$OUT/rounds.txt"
-round_secs=0
-for ((r = 1; r <= REPEATS; r++)); do
-    if (( r > 1 && $(cci_left) < round_secs + 60 )); then
-        cci_say "STOPPED after $((r - 1)) of $REPEATS rounds: round $((r - 1)) took ${round_secs}s, $(cci_left)s are left"
-        break
-    fi
-    t_round=$SECONDS
-    # shellcheck disable=SC2086  # CONFIGS is a list of words
-    order=$("$PYTHON" tests/bench/repeat_stats.py order "$r" $CONFIGS) || { status=1; break; }
-    echo "round $r: $order" >>"$OUT/rounds.txt"
-    for c in $order; do
+cci_rounds_begin
+while cci_round_next 60; do
+    for c in $CCI_ORDER; do
         config_env "$c"
-        run_ddp "$OUT/ddp-$c-r$r.log" -- "${CFG_ENV[@]}" || status=1
+        run_ddp "$OUT/ddp-$c-r$CCI_ROUND.log" -- "${CFG_ENV[@]}" || status=1
     done
-    round_secs=$((SECONDS - t_round))
-    cci_say "round $r of $REPEATS done in ${round_secs}s (order: $order)"
 done
+(( CCI_ROUNDS_FAILED == 0 )) || status=1
 if [[ $STACKS_RUN == 1 ]]; then
     # Not timed and not part of the rounds: recording call sites costs microseconds per cudaMalloc.
     config_env ours
