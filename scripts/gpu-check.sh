@@ -18,20 +18,27 @@
 # fit before the deadline (CCI_DEADLINE, gpu-common.sh) is not started, and the tables say how many
 # rounds ran.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), REPEATS (rounds of the torch
-# workloads, default 3), CONFIGS (configurations, below), WORKLOADS (default: encoder resnet
+# Environment: OUT (default build-gpu/out/), STEPS (default 10), WARMUP_STEPS (untimed steps first,
+# default 2) and TIMED_RUNS (runs of STEPS steps timed in each process, median kept, default 3): the
+# wall time of a steady state, without CUDA's start-up (tests/bench/torch_run.py); REPEATS (rounds
+# of the torch workloads, default 2), CONFIGS (configurations, below), WORKLOADS (default: encoder resnet
 # seedfrag), CHECK_PARTS (default: examples hazards torch; e.g. CHECK_PARTS=torch for the timing
 # alone), TORCH_WORKLOADS (path to torch_workloads.py), NVCC, PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
 STEPS=${STEPS:-10}
-REPEATS=${REPEATS:-3}
+WARMUP_STEPS=${WARMUP_STEPS:-2}
+TIMED_RUNS=${TIMED_RUNS:-3}
+REPEATS=${REPEATS:-2}
 WORKLOADS=${WORKLOADS:-encoder resnet seedfrag}
 CONFIGS=${CONFIGS:-native native-expandable ours ours-immediate ours-expandable ours-compact}
 CHECK_PARTS=${CHECK_PARTS:-examples hazards torch}
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { cci_say "REPEATS=$REPEATS: expected a whole number from 1"; exit 1; }
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || { cci_say "STEPS=$STEPS: expected a whole number from 1"; exit 1; }
+[[ $WARMUP_STEPS =~ ^[0-9]+$ ]] || { cci_say "WARMUP_STEPS=$WARMUP_STEPS: expected a whole number"; exit 1; }
+[[ $TIMED_RUNS =~ ^[1-9][0-9]*$ ]] || { cci_say "TIMED_RUNS=$TIMED_RUNS: expected a whole number from 1"; exit 1; }
+timing=(--steps "$STEPS" --warmup-steps "$WARMUP_STEPS" --timed-runs "$TIMED_RUNS")
 part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
 for c in $CONFIGS; do
     case $c in
@@ -124,7 +131,7 @@ run_torch() {  # WORKLOAD CONFIG ROUND
     local log="$OUT/torch-$w-$c-r$r.log"
     if [[ $c == native* ]]; then
         cci_run 150 "$log" env "$(config_env "$c")" \
-            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS"
+            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}"
     else
         # CCI_REPORT: the exit-time report as JSON, one file per process; the text report is
         # written through cci_dump_report right after the workload (first round only: the
@@ -133,13 +140,13 @@ run_torch() {  # WORKLOAD CONFIG ROUND
         (( r == 1 )) && text=(--report "$OUT/report-$w-$c.txt")
         cci_run 150 "$log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
             LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$OUT/report-$w-$c-r$r-%p.json" \
-            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" --steps "$STEPS" ${text[@]+"${text[@]}"}
+            "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}" ${text[@]+"${text[@]}"}
     fi
 }
 if ! part_on torch; then
     cci_say "torch workloads skipped (CHECK_PARTS=$CHECK_PARTS)"
 elif cci_find_workloads; then
-    cci_say "torch workloads from $CCI_WORKLOADS: $WORKLOADS, $STEPS steps each, $REPEATS round(s); configurations: $CONFIGS"
+    cci_say "torch workloads from $CCI_WORKLOADS: $WORKLOADS, $WARMUP_STEPS warm-up steps then $TIMED_RUNS timed runs of $STEPS steps in each process, $REPEATS round(s); configurations: $CONFIGS"
     # Rounds outermost: each round runs every workload in every configuration once, in an order
     # rotated by one place per round, so that a host drifting over the call (clocks, caches, other
     # tenants) weighs on every configuration alike. A round starts only if the last one would

@@ -2,11 +2,19 @@
 # SPDX-License-Identifier: MIT
 """Run one torch_workloads.py workload in this process, then add libccinterpose's own figures.
 
-  torch_run.py WORKLOADS_PY NAME [--steps N] [--report FILE]...
+  torch_run.py WORKLOADS_PY NAME [--steps N] [--warmup-steps W] [--timed-runs R] [--report FILE]...
 
 Prints one JSON line: torch_workloads.py's own line (wall seconds, PyTorch's statistics,
 result_sum) plus "cci": the preload's statistics for the current device when it is loaded and
-active, else null. Under PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch's reserved figures say nothing
+active, else null.
+
+Wall time in steady state: a run of a few steps measures start-up (CUDA modules loading, cuBLAS
+and cuDNN picking kernels) as much as the allocator, and that start-up varies by 15-60 % between
+processes. --warmup-steps W first runs the workload for W steps (untimed, its results dropped),
+then --timed-runs R runs it R times with N steps in the same process, each from the same seeds;
+"seconds" is then the median of the R runs ("seconds_runs" lists them all), and every run must
+give the same result_sum (else "result_sum_runs" lists them and the check fails on the mismatch).
+Peak figures cover the whole process, warm-up included, in every configuration alike. Under PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch's reserved figures say nothing
 (every tensor is its own cudaMalloc), so the preload's peak reserved is the one to compare.
 --report writes the preload's report there (cci_dump_report; the format follows the extension:
 .txt, .json, .html) after the workload, while CUDA is still up. It may be given several times.
@@ -70,6 +78,31 @@ def cci_figures(device, reports):
     return out
 
 
+def workload_line(main, workloads_path, name, steps, rest, losses):
+    """One call of torch_workloads.py's main() with N steps: its JSON line, as a dict."""
+    del losses[:]  # the module's per-step results: result_sum covers this call's steps alone
+    sys.argv = [workloads_path, name, "--steps", str(steps)] + rest
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main()
+    return json.loads([l for l in buf.getvalue().splitlines() if l.startswith("{")][-1])
+
+
+def take_option(rest, flag, default):
+    """Removes `flag VALUE` from rest; the value as a whole number >= its minimum, or exits."""
+    if flag not in rest:
+        return default
+    i = rest.index(flag)
+    try:
+        value = int(rest[i + 1])
+    except (IndexError, ValueError):
+        sys.exit(f"torch_run.py: {flag} needs a whole number")
+    del rest[i:i + 2]
+    if value < (1 if flag == "--timed-runs" else 0):
+        sys.exit(f"torch_run.py: {flag} {value} is out of range")
+    return value
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -79,12 +112,24 @@ def main():
         i = rest.index("--report")
         reports.append(rest[i + 1])
         del rest[i:i + 2]
-    sys.argv = [path, name] + rest
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        runpy.run_path(path, run_name="__main__")
-    line = [l for l in buf.getvalue().splitlines() if l.startswith("{")][-1]
-    res = json.loads(line)
+    steps = take_option(rest, "--steps", 20)
+    warmup = take_option(rest, "--warmup-steps", 0)
+    timed = take_option(rest, "--timed-runs", 1)
+    module = runpy.run_path(path, run_name="torch_workloads")  # defines, does not run, main()
+    wl_main, losses = module["main"], module["LOSSES"]
+    if warmup:
+        workload_line(wl_main, path, name, warmup, rest, losses)
+    runs = [workload_line(wl_main, path, name, steps, rest, losses) for _ in range(timed)]
+    res = runs[-1]  # its statistics are the process's, warm-up and every run included
+    seconds = sorted(r["seconds"] for r in runs)
+    res["seconds"] = seconds[len(seconds) // 2] if len(seconds) % 2 else round(
+        (seconds[len(seconds) // 2 - 1] + seconds[len(seconds) // 2]) / 2, 4)
+    res["seconds_runs"] = [r["seconds"] for r in runs]
+    res["warmup_steps"] = warmup
+    sums = [r["result_sum"] for r in runs]
+    if len(set(map(repr, sums))) > 1:
+        res["result_sum_runs"] = sums
+        res["result_sum"] = None  # never equal to another configuration's: the check fails
     import torch  # already imported by the workload; only its current device is needed here
     res["cci"] = cci_figures(torch.cuda.current_device(), reports)
     print(json.dumps(res), flush=True)
