@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "backend_cuda.h"
 #include "log.h"
@@ -69,6 +70,44 @@ static retired *retired_list;
 // Bumped when a device's primary context goes (cudaDeviceReset, cuDevicePrimaryCtxReset): its
 // events went with it, so an event of an older generation is forgotten, never reused.
 static unsigned generation[CCI_PL_MAX_DEVICES];
+
+// ---- what fences cost the host --------------------------------------------------------------
+// A fence is cheap when its events are recorded and queried, and costs the program's speed when
+// the host blocks on one (the GPU's queue drains while the CPU waits). The exit log says how much
+// of each happened, so that a slow run under the default mode can be put down to the waits or
+// cleared of them (CCI_LOG=info).
+enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_KINDS };
+static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
+
+static unsigned long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void cost_add(int kind, unsigned long long since, size_t events)
+{
+    atomic_fetch_add_explicit(&cost_calls[kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cost_events[kind], events, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cost_ns[kind], now_ns() - since, memory_order_relaxed);
+}
+
+void cci_cuda_fence_log_costs(void)
+{
+    unsigned long long c[COST_KINDS], e[COST_KINDS], ns[COST_KINDS];
+    for (int k = 0; k < COST_KINDS; k++) {
+        c[k] = atomic_load(&cost_calls[k]);
+        e[k] = atomic_load(&cost_events[k]);
+        ns[k] = atomic_load(&cost_ns[k]);
+    }
+    if (!c[COST_RECORD] && !c[COST_QUERY] && !c[COST_WAIT])
+        return;
+    cci_log(CCI_LOG_INFO, "fence costs on the host: %llu records (%llu events) %.1f ms; %llu queries "
+            "(%llu events) %.1f ms; %llu waits (%llu events) blocked %.1f ms",
+            c[COST_RECORD], e[COST_RECORD], ns[COST_RECORD] / 1e6, c[COST_QUERY], e[COST_QUERY],
+            ns[COST_QUERY] / 1e6, c[COST_WAIT], e[COST_WAIT], ns[COST_WAIT] / 1e6);
+}
 
 static int have_events(const cci_real_driver *t)
 {
@@ -206,6 +245,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     cuda_fence *f = calloc(1, sizeof *f);
     if (!f)
         return CCI_EBACKEND;
+    unsigned long long t0 = now_ns();
     int rc = 0;
     pthread_mutex_lock(&pool_lock);
     for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++)
@@ -233,6 +273,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
         pr = &r->next;
     }
     pthread_mutex_unlock(&pool_lock);
+    cost_add(COST_RECORD, t0, f->n);
     if (rc != 0 || f->n == 0) {
         fence_free(f);
         return CCI_EBACKEND;
@@ -255,13 +296,20 @@ static int fence_query(void *ctx, int device, cci_fence handle)
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    for (size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed); i < f->n; i++) {
+    unsigned long long t0 = now_ns();
+    size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i;
+    int rc = 1;
+    for (; i < f->n; i++) {
         int p = event_passed(f->ev[i].ev, f->ev[i].device);
-        if (p <= 0)
-            return p < 0 ? CCI_EBACKEND : 0;
+        if (p <= 0) {
+            rc = p < 0 ? CCI_EBACKEND : 0;
+            i++;  // this event was asked too
+            break;
+        }
         passed_at_least(f, i + 1);
     }
-    return 1;
+    cost_add(COST_QUERY, t0, i - first);
+    return rc;
 }
 
 static int fence_wait(void *ctx, int device, cci_fence handle)
@@ -269,20 +317,27 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    for (size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed); i < f->n; i++) {
+    unsigned long long t0 = now_ns();
+    size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i;
+    int rc = CCI_OK;
+    for (; i < f->n && rc == CCI_OK; i++) {
         cci_driver_scope sc;
-        if (cci_cuda_enter(f->ev[i].device, &sc))
-            return CCI_EBACKEND;
+        if (cci_cuda_enter(f->ev[i].device, &sc)) {
+            rc = CCI_EBACKEND;
+            break;
+        }
         CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[i].ev);
         cci_cuda_leave(&sc);
         if (r != CUDA_SUCCESS) {
             cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
                     f->ev[i].device, r);
-            return CCI_EBACKEND;
+            rc = CCI_EBACKEND;
+            break;
         }
         passed_at_least(f, i + 1);
     }
-    return CCI_OK;
+    cost_add(COST_WAIT, t0, i - first);
+    return rc;
 }
 
 static void fence_release(void *ctx, int device, cci_fence handle)
@@ -369,4 +424,9 @@ void cci_cuda_fence_atfork_child(void)
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
         pools[d].n = 0;
     retired_list = NULL;
+    for (int k = 0; k < COST_KINDS; k++) {  // the child's exit line counts the child's fences
+        atomic_store(&cost_calls[k], 0);
+        atomic_store(&cost_events[k], 0);
+        atomic_store(&cost_ns[k], 0);
+    }
 }

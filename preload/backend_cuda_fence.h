@@ -21,4 +21,8 @@ void cci_cuda_fence_drop_device(int device);
 /// In a fork child: forget the parent's events without driver calls.
 void cci_cuda_fence_atfork_child(void);
 
+/// At CCI_LOG=info: one line of what fences cost the host (records, queries, time blocked in
+/// waits), for a run that recorded any. Called once at exit, after the rule's own line.
+void cci_cuda_fence_log_costs(void);
+
 #endif

@@ -148,4 +148,5 @@ __attribute__((destructor)) static void at_exit(void)
     cci_pl_levels_summary();
     cci_pl_exit_summary();
     cci_rule_log_exit();
+    cci_cuda_fence_log_costs();
 }
