@@ -137,6 +137,7 @@ typedef struct CUevent_st *CUevent;
     X(cuEventQuery, OPTIONAL, (CUevent e), (e))                                              \
     X(cuEventSynchronize, OPTIONAL, (CUevent e), (e))                                        \
     X(cuEventDestroy_v2, OPTIONAL, (CUevent e), (e))                                         \
+    X(cuStreamQuery, OPTIONAL, (CUstream s), (s))                                            \
     X(cuStreamSynchronize, OPTIONAL, (CUstream s), (s))
 // ---- end of issue 12 (driver)
 
