@@ -47,7 +47,7 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
         for (cci_block *b = s->first; b; b = b->next) {
             if (b->state == BLOCK_ALLOCATED)
                 tell(a, CCI_EV_FREE_REQUESTED, b->stream, b->addr, b->size);
-            if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
+            if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED && b->state != BLOCK_RETIRING)
                 tell(a, CCI_EV_FREE_COMPLETED, b->stream, b->addr, b->size);
         }
         tell(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size);

@@ -28,6 +28,8 @@ enum {
     BLOCK_UNMAPPED = 3,    // address space of an expandable segment with no memory behind it
     BLOCK_RECLAIMING = 4,  // free pages being unmapped: out of the free set while the device syncs
     BLOCK_CACHED = 5,      // freed into a thread's magazine (tcache.c); never seen under the lock
+    BLOCK_RETIRING = 6,    // compact mode: pages moved elsewhere whose old mapping waits for a
+                           // fence before its unmap (expandable.c); address space, not reserved
 };
 
 typedef struct cci_segment cci_segment;

@@ -101,10 +101,15 @@ int cci__exp_init(cci_allocator *a)
     return 0;
 }
 
+static cci_exp_retire *retire_pop(cci_exp *e);
+
 void cci__exp_fini(cci_allocator *a)
 {
-    if (a->exp)
+    if (a->exp) {
+        while (a->exp->retire_head)  // none after a teardown; forgotten, never touched
+            free(retire_pop(a->exp));
         free(a->exp->pool);
+    }
     free(a->exp);
     a->exp = NULL;
 }
@@ -171,57 +176,86 @@ static size_t pool_limit(const cci_allocator *a)
     return a->exp->mode == CCI_EXP_COMPACT ? cci__exp_compact_slack(a) + a->exp->pool_hold : 0;
 }
 
-// Keeps an unmapped page to map again, or releases it when the pool is full (or the host is out
-// of memory for the pool's list).
-static void pool_put(cci_allocator *a, uint64_t h, size_t page)
+static int pool_page_waits(const cci_exp_page *p) { return p->retire != 0; }
+
+// Keeps a page to map again, or releases it when the pool is full (or the host is out of memory
+// for the pool's list). A page whose old mapping still waits for its fence is kept whatever the
+// bound: the retirement that moved it releases the overflow once it is done.
+static void pool_put(cci_allocator *a, cci_exp_page p, size_t page)
 {
     cci_exp *e = a->exp;
-    if ((e->pool_n + 1) * page <= pool_limit(a)) {
+    if ((e->pool_n + 1) * page <= pool_limit(a) || pool_page_waits(&p)) {
         if (e->pool_n == e->pool_cap) {
             size_t cap = e->pool_cap ? e->pool_cap * 2 : 64;
-            uint64_t *p = realloc(e->pool, cap * sizeof *p);
-            if (p) {
-                e->pool = p;
+            cci_exp_page *n = realloc(e->pool, cap * sizeof *n);
+            if (n) {
+                e->pool = n;
                 e->pool_cap = cap;
             }
         }
         if (e->pool_n < e->pool_cap) {
-            e->pool[e->pool_n++] = h;
+            e->pool[e->pool_n++] = p;
+            e->pool_waiting += pool_page_waits(&p);
             if (e->pool_n * page > e->n.pool_bytes_peak)
                 e->n.pool_bytes_peak = e->pool_n * page;
             return;
         }
+        // Host out of memory for the list. A page still mapped at its old address may be
+        // released (its memory goes with that mapping), and no backend hands out a page that is
+        // still mapped again: releasing it is safe, if wasteful.
     }
-    dev_release(a, h);
+    dev_release(a, p.handle);
 }
 
-// A pooled page for a segment of `page`-byte pages, or 0. Only compact mode pools, and all its
-// pages have the granularity's size.
-static uint64_t pool_take(cci_allocator *a, size_t page)
+// Takes pool entry i out (order does not matter: every pooled page is alike but for its stream).
+static cci_exp_page pool_remove(cci_exp *e, size_t i)
+{
+    cci_exp_page p = e->pool[i];
+    e->pool[i] = e->pool[--e->pool_n];
+    e->pool_waiting -= pool_page_waits(&p);
+    return p;
+}
+
+// A pooled page a growth of `stream` may map, for a segment of `page`-byte pages: 1 and *out, or
+// 0. Only compact mode pools, and all its pages have the granularity's size. A page whose old
+// mapping waits for its fence goes only to its own stream.
+static int pool_take(cci_allocator *a, size_t page, uint64_t stream, cci_exp_page *out)
 {
     cci_exp *e = a->exp;
     if (!e->pool_n || page != e->granularity || e->mode != CCI_EXP_COMPACT)
         return 0;
-    e->n.pool_hits++;
-    return e->pool[--e->pool_n];
+    for (size_t i = e->pool_n; i-- > 0;) {
+        if (pool_page_waits(&e->pool[i]) && e->pool[i].stream != stream)
+            continue;
+        e->n.pool_hits++;
+        *out = pool_remove(e, i);
+        return 1;
+    }
+    return 0;
 }
 
-// Releases the pooled pages beyond the pool's bound (after a growth that held more for itself).
+// Releases the pooled pages beyond the pool's bound (after a growth that held more for itself, or
+// a retirement that freed pages kept beyond it), never one that still waits for its fence.
 static void pool_trim(cci_allocator *a)
 {
     cci_exp *e = a->exp;
-    while (e->pool_n && e->pool_n * e->granularity > pool_limit(a))
-        dev_release(a, e->pool[--e->pool_n]);
+    for (size_t i = e->pool_n; i-- > 0 && e->pool_n * e->granularity > pool_limit(a);)
+        if (!pool_page_waits(&e->pool[i]))
+            dev_release(a, pool_remove(e, i).handle);
 }
 
-// Releases every pooled page (a flush), or forgets them when the device is gone (!release).
+// Releases every pooled page (a flush), or forgets them when the device is gone (!release). A
+// page still waiting for its fence stays (a retirement begun while empty_cache had the lock
+// dropped); teardown finishes every retirement first, so it takes them all.
 static void pool_drain(cci_allocator *a, int release)
 {
     cci_exp *e = a->exp;
-    while (e->pool_n) {
-        uint64_t h = e->pool[--e->pool_n];
+    for (size_t i = e->pool_n; i-- > 0;) {
+        if (release && pool_page_waits(&e->pool[i]))
+            continue;
+        cci_exp_page p = pool_remove(e, i);
         if (release)
-            dev_release(a, h);
+            dev_release(a, p.handle);
     }
 }
 
@@ -300,16 +334,23 @@ static cci_block *split_front(cci_allocator *a, cci_block *b, size_t size)
 // ---- mapping ------------------------------------------------------------------------------
 
 // Hands the pages [first, first+n) of a segment, just unmapped, to the pool (`keep`) or back to
-// the device, and forgets them.
-static void give_pages(cci_allocator *a, cci_vmm_seg *vs, size_t first, size_t n, int keep)
+// the device, and forgets them. `tag`: what the pages still wait for (an untagged page has no
+// other mapping that queued work may touch).
+static void give_pages_tagged(cci_allocator *a, cci_vmm_seg *vs, size_t first, size_t n, int keep, cci_exp_page tag)
 {
     for (size_t i = first; i < first + n; i++) {
         if (vs->handles[i] && keep)
-            pool_put(a, vs->handles[i], vs->page);
+            pool_put(a, (cci_exp_page){.handle = vs->handles[i], .stream = tag.stream, .retire = tag.retire},
+                     vs->page);
         else if (vs->handles[i])
             dev_release(a, vs->handles[i]);
         vs->handles[i] = 0;
     }
+}
+
+static void give_pages(cci_allocator *a, cci_vmm_seg *vs, size_t first, size_t n, int keep)
+{
+    give_pages_tagged(a, vs, first, n, keep, (cci_exp_page){0});
 }
 
 // Maps enough pages at the start of the UNMAPPED block u to hold `size` bytes and returns the
@@ -331,18 +372,20 @@ static cci_block *map_front(cci_allocator *a, cci_block *u, size_t size, int *rc
     }
     int compact = a->exp->mode == CCI_EXP_COMPACT;
     for (; done < n && *rc == CCI_OK; done++) {
-        uint64_t h = pool_take(a, vs->page);  // a page a reclaim unmapped: no create needed
-        if (!h && (*rc = dev_create(a, vs->page, &h)) != CCI_OK)
+        cci_exp_page p = {0};
+        // A page a reclaim moved: no create needed.
+        int pooled = pool_take(a, vs->page, s->stream, &p);
+        if (!pooled && (*rc = dev_create(a, vs->page, &p.handle)) != CCI_OK)
             break;
-        *rc = dev_map(a, head->addr + done * vs->page, vs->page, h);
+        *rc = dev_map(a, head->addr + done * vs->page, vs->page, p.handle);
         if (*rc != CCI_OK) {
             if (compact)
-                pool_put(a, h, vs->page);
+                pool_put(a, p, vs->page);
             else
-                dev_release(a, h);
+                dev_release(a, p.handle);
             break;
         }
-        vs->handles[first + done] = h;
+        vs->handles[first + done] = p.handle;
     }
     if (*rc == CCI_OK)
         *rc = dev_set_access(a, head->addr, bytes);  // one call for the whole run
@@ -353,7 +396,12 @@ static cci_block *map_front(cci_allocator *a, cci_block *u, size_t size, int *rc
         // Nothing was handed out from these pages yet: no queued work can touch them.
         if (mapped && dev_unmap(a, head->addr, mapped * vs->page, vs->page) != CCI_OK)
             cci_log(CCI_LOG_WARNING, "device %d: unmapping after a failed growth failed", a->device);
-        give_pages(a, vs, first, mapped, compact);
+        // Pages taken from the pool may still be mapped where the stream's queued work runs: back
+        // they go for this stream only, until the newest retirement (no older) is done.
+        cci_exp_page tag = {0};
+        if (compact && a->exp->retire_tail)
+            tag = (cci_exp_page){.stream = s->stream, .retire = a->exp->retire_tail->seq};
+        give_pages_tagged(a, vs, first, mapped, compact, tag);
         if (head != u)
             insert_unmapped(a, head);  // give the split back
         return NULL;
@@ -463,7 +511,8 @@ static size_t compact_reclaim_target(const cci_allocator *a, size_t grow_by)
     return (over_peak < over_slack ? over_peak : over_slack) + slack / COMPACT_EXTRA_DIVISOR;
 }
 
-static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, uintptr_t keep_hi);
+static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, uintptr_t keep_hi, uint64_t stream);
+static void retire_poll(cci_allocator *a);
 
 cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t stream, int *rc)
 {
@@ -476,6 +525,8 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
         *rc = CCI_EOOM;
         return NULL;
     }
+    if (e->retire_head)
+        retire_poll(a);  // old mappings whose fence has passed go, and their addresses become room
     cci_block *c = find_room(a, rounded, small, stream);
     if (e->mode == CCI_EXP_COMPACT) {
         size_t grow_by = c ? row_map_bytes(c, rounded, e->page[small]) : ask;
@@ -485,8 +536,8 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
             // them again would be two calls for nothing.
             e->n.reclaims++;
             e->pool_hold = grow_by;
-            compact_reclaim(a, target, c ? c->addr : 0, c ? c->addr + rounded : 0);
-            c = find_room(a, rounded, small, stream);  // the lock was dropped for the sync
+            compact_reclaim(a, target, c ? c->addr : 0, c ? c->addr + rounded : 0, stream);
+            c = find_room(a, rounded, small, stream);  // the lock may have been dropped for a wait
         }
     }
     uint64_t peak_before = (uint64_t)a->st.reserved_bytes[CCI_POOL_ALL].peak;
@@ -546,46 +597,65 @@ static void inner_pages(const cci_block *b, uintptr_t *lo, uintptr_t *hi)
     *hi = s->addr + (b->addr + b->size - s->addr) / page * page;
 }
 
-// Unmaps the pages [lo, hi) of a RECLAIMING block and puts the pieces back: free bytes before and
-// after them as FREE blocks, the pages themselves as UNMAPPED address space. The pages go to the
-// pool when `keep`, else back to the device.
-static void unmap_block(cci_allocator *a, cci_block *b, uintptr_t lo, uintptr_t hi, int keep)
+// Splits a RECLAIMING block around its whole pages [lo, hi): the free bytes before and after them
+// become *front and *back (NULL where there are none; not yet in the free set), and the pages' own
+// block is returned. NULL on host out of memory, with everything put back free and mapped.
+static cci_block *split_pages(cci_allocator *a, cci_block *b, uintptr_t lo, uintptr_t hi, cci_block **front,
+                              cci_block **back)
 {
-    cci_segment *s = b->seg;
-    cci_vmm_seg *vs = s->vmm;
     // b is still counted as an inactive split block; the pieces are counted as they are inserted.
     stat_pool(a->st.inactive_split, b->small, -1);
     stat_pool(a->st.inactive_split_bytes, b->small, -(int64_t)b->size);
     int has_front = lo > b->addr, has_back = hi < b->addr + b->size;
-    cci_block *front = has_front ? split_front(a, b, lo - b->addr) : NULL;  // b now starts at lo
-    cci_block *pages = has_back && (front || !has_front) ? split_front(a, b, hi - b->addr) : b;
-    cci_block *back = has_back ? b : NULL;  // b now starts at hi, if anything is after the pages
-    if ((has_front && !front) || !pages) {
-        // Host out of memory: leave the memory mapped and the bytes free.
-        if (front)
-            insert_free(a, front);
+    *front = has_front ? split_front(a, b, lo - b->addr) : NULL;  // b now starts at lo
+    cci_block *pages = has_back && (*front || !has_front) ? split_front(a, b, hi - b->addr) : b;
+    *back = has_back ? b : NULL;  // b now starts at hi, if anything is after the pages
+    if ((has_front && !*front) || !pages) {
+        if (*front)
+            insert_free(a, *front);
         insert_free(a, b);
-        return;
+        return NULL;
     }
-    if (dev_unmap(a, lo, hi - lo, vs->page) != CCI_OK) {
-        cci_log(CCI_LOG_WARNING, "device %d: unmapping %zu free bytes failed; keeping them mapped", a->device,
-                (size_t)(hi - lo));
-        if (front)
-            insert_free(a, front);
-        if (back)
-            insert_free(a, back);
-        insert_free(a, pages);
-        return;
-    }
-    give_pages(a, vs, (lo - s->addr) / vs->page, (hi - lo) / vs->page, keep);
-    vs->mapped -= hi - lo;
+    return pages;
+}
+
+// The pages [lo, hi) of segment s no longer count as reserved (they were unmapped, or moved).
+static void pages_leave_reserved(cci_allocator *a, cci_segment *s, uintptr_t lo, uintptr_t hi)
+{
+    s->vmm->mapped -= hi - lo;
     stat_pool(a->st.reserved_bytes, s->small, -(int64_t)(hi - lo));
     a->st.num_device_free++;
     cci__notify(a, CCI_EV_SEGMENT_UNMAP, s->stream, lo, hi - lo);
+}
+
+static void insert_free_pieces(cci_allocator *a, cci_block *front, cci_block *back)
+{
     if (front)
         insert_free(a, front);
     if (back)
         insert_free(a, back);
+}
+
+// Unmaps the pages [lo, hi) of a RECLAIMING block and puts the pieces back: free bytes before and
+// after them as FREE blocks, the pages themselves as UNMAPPED address space. The pages go to the
+// pool when `keep`, else back to the device. No queued work may touch them any more.
+static void unmap_block(cci_allocator *a, cci_block *b, uintptr_t lo, uintptr_t hi, int keep)
+{
+    cci_segment *s = b->seg;
+    cci_vmm_seg *vs = s->vmm;
+    cci_block *front, *back, *pages = split_pages(a, b, lo, hi, &front, &back);
+    if (!pages)
+        return;  // host out of memory: the memory stays mapped and the bytes free
+    if (dev_unmap(a, lo, hi - lo, vs->page) != CCI_OK) {
+        cci_log(CCI_LOG_WARNING, "device %d: unmapping %zu free bytes failed; keeping them mapped", a->device,
+                (size_t)(hi - lo));
+        insert_free_pieces(a, front, back);
+        insert_free(a, pages);
+        return;
+    }
+    give_pages(a, vs, (lo - s->addr) / vs->page, (hi - lo) / vs->page, keep);
+    pages_leave_reserved(a, s, lo, hi);
+    insert_free_pieces(a, front, back);
     insert_unmapped(a, pages);
 }
 
@@ -605,25 +675,208 @@ static void start_reclaiming(cci_allocator *a, cci_block *b)
     b->state = BLOCK_RECLAIMING;
 }
 
+// ---- retirements: moving pages without a device sync ----------------------------------------
+// A free block of the requesting stream may still be used by work queued on that stream (a free
+// on its own stream is reusable there at once). Its pages can nevertheless go to that stream's
+// growth at once, mapped at the growth's addresses while the old mapping stays: the new owner's
+// work is queued after the old on the same stream, exactly as when a free block is reused there.
+// The old mapping is unmapped once a fence recorded on the stream at the reclaim has passed, which
+// is polled without blocking at the next growth; empty_cache and the last retry before an OOM
+// sync the device and finish them all. Until then the old range is a RETIRING block (address space
+// nobody maps into), and its pages, where pooled, go to no other stream and are never released.
+
+// A retirement for pages of `stream`, its fence recorded now. NULL when the backend has no fences,
+// the fence cannot be recorded (a capture runs), or the host is out of memory: the caller syncs.
+static cci_exp_retire *retire_new(cci_allocator *a, uint64_t stream)
+{
+    if (!a->fences)
+        return NULL;
+    cci_exp_retire *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    if (a->fences->record(a->be.ctx, a->device, stream, &r->fence) != CCI_OK) {
+        free(r);
+        return NULL;
+    }
+    r->stream = stream;
+    r->seq = ++a->exp->retire_seq;
+    return r;
+}
+
+static void retire_discard(cci_allocator *a, cci_exp_retire *r)
+{
+    a->fences->release(a->be.ctx, a->device, r->fence);
+    free(r);
+}
+
+// Moves the pages [lo, hi) of a RECLAIMING block into retirement r: free bytes around them go back
+// FREE, the pages to the pool for r's stream, the range stays mapped as a RETIRING block.
+// 0 on host out of memory (everything is put back free and mapped).
+static int retire_block(cci_allocator *a, cci_block *b, uintptr_t lo, uintptr_t hi, cci_exp_retire *r)
+{
+    cci_segment *s = b->seg;
+    cci_vmm_seg *vs = s->vmm;
+    cci_block *front, *back, *pages = split_pages(a, b, lo, hi, &front, &back);
+    if (!pages)
+        return 0;
+    give_pages_tagged(a, vs, (lo - s->addr) / vs->page, (hi - lo) / vs->page, 1,
+                      (cci_exp_page){.stream = r->stream, .retire = r->seq});
+    pages_leave_reserved(a, s, lo, hi);
+    insert_free_pieces(a, front, back);
+    pages->state = BLOCK_RETIRING;
+    pages->requested = 0;
+    pages->pend_next = r->blocks;
+    r->blocks = pages;
+    r->bytes += hi - lo;
+    a->exp->retiring_bytes += hi - lo;
+    return 1;
+}
+
+static void retire_append(cci_allocator *a, cci_exp_retire *r)
+{
+    cci_exp *e = a->exp;
+    if (e->retire_tail)
+        e->retire_tail->next = r;
+    else
+        e->retire_head = r;
+    e->retire_tail = r;
+    e->n.deferred_unmaps++;
+}
+
+// Ends retirement r (already unlinked): its old mappings are unmapped and become UNMAPPED address
+// space, and its pooled pages may go to any stream. With !release (the device is gone) nothing is
+// asked of the device. An old mapping that cannot be unmapped stays RETIRING: its addresses are
+// never mapped again.
+static void retire_finish(cci_allocator *a, cci_exp_retire *r, int release)
+{
+    cci_exp *e = a->exp;
+    for (cci_block *b = r->blocks, *n; b; b = n) {
+        n = b->pend_next;
+        b->pend_next = NULL;
+        if (!release)
+            continue;
+        if (dev_unmap(a, b->addr, b->size, b->seg->vmm->page) != CCI_OK) {
+            cci_log(CCI_LOG_WARNING, "device %d: unmapping %zu bytes of moved pages failed; their addresses stay "
+                                     "unused", a->device, b->size);
+            continue;
+        }
+        insert_unmapped(a, b);
+    }
+    for (size_t i = 0; i < e->pool_n; i++) {
+        if (e->pool[i].retire == r->seq) {
+            e->pool[i].retire = 0;
+            e->pool_waiting--;
+        }
+    }
+    e->retiring_bytes -= r->bytes;
+    if (release)
+        a->fences->release(a->be.ctx, a->device, r->fence);
+    free(r);
+}
+
+static cci_exp_retire *retire_pop(cci_exp *e)
+{
+    cci_exp_retire *r = e->retire_head;
+    e->retire_head = r->next;
+    if (!e->retire_head)
+        e->retire_tail = NULL;
+    return r;
+}
+
+// Ends every retirement numbered up to `upto` (the device was synchronised after they began).
+static void retire_finish_upto(cci_allocator *a, uint64_t upto)
+{
+    cci_exp *e = a->exp;
+    cci_exp_retire **pr = &e->retire_head, *last = NULL;
+    while (*pr) {
+        cci_exp_retire *r = *pr;
+        if (r->seq > upto) {
+            last = r;
+            pr = &r->next;
+            continue;
+        }
+        *pr = r->next;
+        retire_finish(a, r, 1);
+    }
+    e->retire_tail = last;
+}
+
+// Without blocking: ends the retirements whose fence has passed, oldest first, and stops at the
+// first that has not (so a page moved twice on one stream is held until the older is done). A
+// fence the backend cannot vouch for falls back to a device sync. Lock held; dropped only there.
+static void retire_poll(cci_allocator *a)
+{
+    cci_exp *e = a->exp;
+    while (e->retire_head) {
+        int q = a->fences->query(a->be.ctx, a->device, e->retire_head->fence);
+        if (q == 0)
+            break;
+        if (q < 0) {
+            uint64_t upto = e->retire_seq;
+            if (dev_sync(a))
+                retire_finish_upto(a, upto);
+            break;
+        }
+        retire_finish(a, retire_pop(e), 1);
+    }
+    pool_trim(a);
+}
+
+// ---- compact mode's reclaim ---------------------------------------------------------------
+
 typedef struct victim {
     cci_block *b;
     uintptr_t lo, hi;  // the pages to unmap, whole pages inside b
+    int other;         // the block belongs to another stream than the growth's
 } victim;
 
-static int by_pages_desc(const void *x, const void *y)
+static int by_stream_then_pages(const void *x, const void *y)
 {
     const victim *p = x, *q = y;
+    if (p->other != q->other)
+        return p->other - q->other;  // the growth's own stream first: its pages move without a wait
     size_t a = p->hi - p->lo, b = q->hi - q->lo;
     return a < b ? 1 : a > b ? -1 : (p->lo > q->lo) - (p->lo < q->lo);  // ties by address: deterministic
 }
 
-// Compact mode's reclaim before a growth: unmaps at least `target` bytes of free pages (all of
-// them for SIZE_MAX) outside [keep_lo, keep_hi), the largest free runs first so that each unmap
-// call (~22 us on an H100 whatever it spans) frees as much as it can, and only the tail pages of
-// the last run it needs. The pages go to the pool for the growth to map again. Segments stay, even
-// when nothing is left mapped in them: the pool holds pages only while a segment does, which is
-// what lets teardown release them. Lock held; dropped around the device sync.
-static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, uintptr_t keep_hi)
+// Waits, lock dropped, for a fence on each other stream that owns one of the first `n` victims, so
+// that no queued work can touch their pages. 1 when every wait succeeded (or none was needed), 0
+// when the backend has no fences or a record or wait failed: the caller then syncs the device.
+static int wait_other_streams(cci_allocator *a, const victim *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!v[i].other)
+            continue;
+        uint64_t stream = v[i].b->stream;
+        size_t j = 0;
+        while (j < i && !(v[j].other && v[j].b->stream == stream))
+            j++;
+        if (j < i)
+            continue;  // this stream was waited for already
+        cci_fence f;
+        if (!a->fences || a->fences->record(a->be.ctx, a->device, stream, &f) != CCI_OK)
+            return 0;
+        a->exp->n.stream_waits++;
+        cci__unlock(a);
+        int rc = a->fences->wait(a->be.ctx, a->device, f);
+        cci__lock(a);
+        a->fences->release(a->be.ctx, a->device, f);
+        if (rc != CCI_OK)
+            return 0;
+    }
+    return 1;
+}
+
+// Compact mode's reclaim before a growth of `stream`: gives back at least `target` bytes of free
+// pages (all of them for SIZE_MAX) outside [keep_lo, keep_hi), the growth's own stream's first,
+// then the largest free runs first so that each unmap call (~22 us on an H100 whatever it spans)
+// frees as much as it can, and only the tail pages of the last run it needs. The pages go to the
+// pool for the growth to map again. Pages of the growth's stream move at once and their old
+// mappings retire behind a fence; pages of other streams are unmapped after a fence wait on their
+// streams; only without fences is the device synchronised. Segments stay, even when nothing is
+// left mapped in them: the pool holds pages only while a segment does, which is what lets
+// teardown release them. Lock held; dropped around the waits.
+static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, uintptr_t keep_hi, uint64_t stream)
 {
     size_t n = 0, cap = 0;
     victim *v = NULL;
@@ -644,26 +897,42 @@ static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, 
                 }
                 v = nv;
             }
-            v[n++] = (victim){b, lo, hi};
+            v[n++] = (victim){b, lo, hi, s->stream != stream};
         }
     }
     if (n)  // v is NULL when nothing was found: qsort must not see it
-        qsort(v, n, sizeof *v, by_pages_desc);
-    size_t take = 0, got = 0;
+        qsort(v, n, sizeof *v, by_stream_then_pages);
+    size_t take = 0, got = 0, own = 0;
     for (; take < n && got < target; take++) {
         size_t page = v[take].b->seg->vmm->page, bytes = v[take].hi - v[take].lo;
         if (target != SIZE_MAX && bytes > target - got)  // the tail pages the target still needs
             v[take].lo = v[take].hi - round_up(target - got, page);
         got += v[take].hi - v[take].lo;
+        own += !v[take].other;
         start_reclaiming(a, v[take].b);
     }
     if (take) {
-        int synced = dev_sync(a);  // no page unmapped while queued work may still touch it
+        // No page unmapped while queued work may still touch it: the own stream's retire behind
+        // a fence, the other streams' are waited for, and only where fences fail is the device
+        // synchronised.
+        cci_exp_retire *r = own ? retire_new(a, stream) : NULL;
+        int others = wait_other_streams(a, v, take);
+        int synced = (own && !r) || !others ? dev_sync(a) : 0;
         for (size_t i = 0; i < take; i++) {
-            if (synced)
+            if (synced || (v[i].other && others))
                 unmap_block(a, v[i].b, v[i].lo, v[i].hi, 1);
+            else if (!v[i].other && r)
+                retire_block(a, v[i].b, v[i].lo, v[i].hi, r);
             else
                 unreclaim(a, v[i].b);
+        }
+        if (r && r->blocks) {
+            retire_append(a, r);
+            // A device that has caught up (idle, or the old work long done) passes the fence at
+            // once: then the old addresses are room for this very growth, as after a sync.
+            retire_poll(a);
+        } else if (r) {
+            retire_discard(a, r);
         }
     }
     free(v);
@@ -705,7 +974,12 @@ void cci__exp_release_free(cci_allocator *a)
     // 2. A page may be unmapped only when no queued work can still touch it: a block freed on
     //    its own stream is reusable there at once, but the device may still be running the
     //    kernels that used it.
-    int synced = list ? dev_sync(a) : 1;
+    //    Old mappings still retiring behind their fence go too: the same sync covers them.
+    cci_exp *e = a->exp;
+    uint64_t retire_upto = e->retire_seq;
+    int synced = list || e->retire_head ? dev_sync(a) : 1;
+    if (synced)
+        retire_finish_upto(a, retire_upto);
     // 3. Unmap and release (this is a flush: the memory goes back), or, if the device could not
     //    be synchronised, put everything back.
     while (list) {
@@ -731,7 +1005,11 @@ void cci__exp_release_free(cci_allocator *a)
 void cci__exp_segment_destroy(cci_allocator *a, cci_segment *s, int release)
 {
     cci_vmm_seg *vs = s->vmm;
-    pool_drain(a, release);  // the first segment's teardown takes the pool with it
+    // The first segment's teardown ends every retirement (its old mappings go without a wait, as
+    // every other mapping does here) and takes the pool with it.
+    while (a->exp->retire_head)
+        retire_finish(a, retire_pop(a->exp), release);
+    pool_drain(a, release);
     if (release) {
         // One unmap per run of mapped pages (the API charges per call), then the pages, then the
         // range.

@@ -12,6 +12,28 @@ typedef enum cci_exp_mode {
     CCI_EXP_COMPACT = 2,  ///< compact_segments:True, ours: granularity pages, free pages given back
 } cci_exp_mode;
 
+/// A page of compact mode's pool. A page a reclaim moved on its own stream may still be mapped at
+/// its old address, where work queued before the reclaim may still run: until that retirement's
+/// fence has passed (`retire` != 0) only a growth of the same `stream` may map it again (stream
+/// order puts the new owner's work after the old), and it is never released.
+typedef struct cci_exp_page {
+    uint64_t handle;
+    uint64_t stream;
+    uint64_t retire;  ///< the retirement it waits for, 0 when its old mapping is gone
+} cci_exp_page;
+
+/// Old mappings of pages a reclaim moved on the requesting stream (compact mode): the RETIRING
+/// blocks, chained by pend_next, are unmapped once `fence` (recorded on `stream` at the reclaim)
+/// has passed. Oldest first.
+typedef struct cci_exp_retire {
+    struct cci_exp_retire *next;
+    cci_fence fence;
+    uint64_t seq;
+    uint64_t stream;
+    cci_block *blocks;
+    size_t bytes;
+} cci_exp_retire;
+
 typedef struct cci_exp {
     cci_exp_mode mode;
     size_t granularity;   ///< the backend's, queried once
@@ -21,10 +43,14 @@ typedef struct cci_exp {
     // Compact mode's page pool: pages unmapped by a growth's reclaim, kept (not released) so that
     // the growth, and later ones, map them again instead of creating new ones. Bounded by
     // compact_pool_limit(); everything beyond is released at once.
-    uint64_t *pool;
+    cci_exp_page *pool;
     size_t pool_n, pool_cap;
+    size_t pool_waiting;  ///< pooled pages whose old mapping still waits for its fence
     size_t pool_hold;     ///< bytes the growth under way will map: the pool may hold that much
                           ///< for it, beyond its bound, so that no page is released and created again
+    cci_exp_retire *retire_head, *retire_tail;
+    uint64_t retire_seq;  ///< the last retirement's number
+    size_t retiring_bytes;  ///< bytes of old mappings waiting for their fence (not reserved)
 } cci_exp;
 
 /// Sets a->exp from the configuration and the backend: NULL when the configuration asks for

@@ -44,7 +44,8 @@ int cci__layout_fill(cci_allocator *a, cci_layout *out)
         cci_segment_desc *sd = &out->segments[i];
         *sd = (cci_segment_desc){s->addr, s->size, s->stream, s->small, 0, d};
         for (cci_block *b = s->first; b; b = b->next, sd->nblocks++)
-            *d++ = (cci_block_desc){b->addr, b->size, b->requested, b->state};
+            *d++ = (cci_block_desc){b->addr, b->size, b->requested,
+                                    b->state == BLOCK_RETIRING ? BLOCK_UNMAPPED : b->state};
     }
     out->nsegments = a->nsegs;
     out->stats = a->st;
@@ -166,9 +167,9 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
                 rc = fail(msg, len, "block %#lx is still being reclaimed", (unsigned long)b->addr);
             expect = b->addr + b->size;
             int split_seg = b->prev || b->next;
-            if (b->state != BLOCK_UNMAPPED)
+            if (b->state != BLOCK_UNMAPPED && b->state != BLOCK_RETIRING)
                 mapped_blocks += b->size;
-            if (b->state == BLOCK_UNMAPPED) {
+            if (b->state == BLOCK_UNMAPPED || (b->state == BLOCK_RETIRING && s->vmm)) {
                 // address space only: in neither the free set nor the live map
             } else if (b->state == BLOCK_FREE) {
                 nfree[s->small]++;

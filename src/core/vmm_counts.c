@@ -27,9 +27,11 @@ int cci_alloc_vmm_counts(cci_allocator *a, cci_vmm_counts *out)
         out->mode = e->mode;
         out->pool_pages = e->pool_n;
         out->pool_bytes = (uint64_t)e->pool_n * e->granularity;
+        out->retiring_bytes = e->retiring_bytes;
         if (e->mode == CCI_EXP_COMPACT) {
             out->slack = cci__exp_compact_slack(a);
-            out->pool_limit = out->slack;
+            // Pages whose old mapping waits for its fence are kept beyond the bound (expandable.c).
+            out->pool_limit = out->slack + (uint64_t)e->pool_waiting * e->granularity;
         }
     }
     cci__unlock(a);

@@ -30,6 +30,11 @@ typedef struct cci_vmm_counts {
     uint64_t pool_limit;       ///< the pool's bound in bytes now (compact mode; 0 otherwise)
     uint64_t slack;            ///< compact mode: free mapped bytes kept before a growth unmaps
     uint64_t free_at_peak_max; ///< compact mode: most free mapped bytes when reserved set a new peak
+    // Compact mode's reclaims without a device sync (appended: older readers see the same layout).
+    uint64_t deferred_unmaps;  ///< reclaims that moved pages of the requesting stream at once and
+                               ///< unmapped their old addresses later, once a fence had passed
+    uint64_t stream_waits;     ///< fence waits for victims of another stream (instead of a sync)
+    uint64_t retiring_bytes;   ///< old mappings now waiting for their fence: mapped, not reserved
 } cci_vmm_counts;
 
 /// Fills *out (lock taken inside). 0, or -1 when the allocator runs ordinary segments (*out is
