@@ -4,6 +4,7 @@
 // and expandable segments, emptying and resetting), and lock-free readers racing one writer
 // (the TSan job runs this file too: it must stay clean there).
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -209,7 +210,7 @@ static void observed(const char *confstr)
 // ---- readers racing a writer -----------------------------------------------------------------
 
 enum { STABLE = 64, CHURN = 3000, READERS = 3 };
-static _Atomic int writer_done;
+static _Atomic int writer_done, readers_started;
 static _Atomic unsigned long wrong_answers, lookups;
 
 // Stable segments sit at BASE + i * 3 chunks (device i % 4, never removed); churn segments in
@@ -221,7 +222,8 @@ static void *reader(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
     unsigned long n = 0, wrong = 0;
-    while (!atomic_load(&writer_done)) {
+    atomic_fetch_add(&readers_started, 1);
+    do {  // at least one pass: on a loaded machine the writer may finish before a reader runs
         seed = seed * 1103515245u + 12345u;
         int i = (int)(seed >> 8) % STABLE;
         wrong += cci_addr_map_device(stable_at(i) + (seed & 0xfffff)) != i % 4;
@@ -229,7 +231,7 @@ static void *reader(void *arg)
         int d = cci_addr_map_device(churn_at(j));
         wrong += d != 7 && d != CCI_ADDR_NOT_OURS;  // present or not, never another answer
         n++;
-    }
+    } while (!atomic_load(&writer_done));
     atomic_fetch_add(&lookups, n);
     atomic_fetch_add(&wrong_answers, wrong);
     return NULL;
@@ -244,6 +246,8 @@ static void readers_and_a_writer(void)
     pthread_t r[READERS];
     for (int i = 0; i < READERS; i++)
         pthread_create(&r[i], NULL, reader, (void *)(uintptr_t)(i + 1));
+    while (atomic_load(&readers_started) < READERS)  // the race needs the readers running
+        sched_yield();
     // Adds every churn chunk (the table grows several times under the readers), then removes and
     // re-adds them in rounds (slots turn dead and come back).
     for (int i = 0; i < CHURN; i++)
