@@ -38,7 +38,15 @@ CHECK_PARTS=${CHECK_PARTS:-examples hazards torch}
 [[ $STEPS =~ ^[1-9][0-9]*$ ]] || { cci_say "STEPS=$STEPS: expected a whole number from 1"; exit 1; }
 [[ $WARMUP_STEPS =~ ^[0-9]+$ ]] || { cci_say "WARMUP_STEPS=$WARMUP_STEPS: expected a whole number"; exit 1; }
 [[ $TIMED_RUNS =~ ^[1-9][0-9]*$ ]] || { cci_say "TIMED_RUNS=$TIMED_RUNS: expected a whole number from 1"; exit 1; }
-timing=(--steps "$STEPS" --warmup-steps "$WARMUP_STEPS" --timed-runs "$TIMED_RUNS")
+# seedfrag's step takes ~0.4 ms: 10 steps would be 4 ms, below the workload's 1 ms rounding of its
+# wall time, so it runs STEPS_seedfrag steps (its pattern repeats every 12, peaks are unchanged).
+STEPS_seedfrag=${STEPS_seedfrag:-240}
+[[ $STEPS_seedfrag =~ ^[1-9][0-9]*$ ]] || { cci_say "STEPS_seedfrag=$STEPS_seedfrag: expected a whole number from 1"; exit 1; }
+timing_of() {  # WORKLOAD: sets `timing`, torch_run.py's timing options for it
+    local steps=$STEPS
+    [[ $1 == seedfrag ]] && steps=$STEPS_seedfrag
+    timing=(--steps "$steps" --warmup-steps "$WARMUP_STEPS" --timed-runs "$TIMED_RUNS")
+}
 part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
 for c in $CONFIGS; do
     case $c in
@@ -128,7 +136,8 @@ config_env() {
 }
 run_torch() {  # WORKLOAD CONFIG ROUND
     local w=$1 c=$2 r=$3
-    local log="$OUT/torch-$w-$c-r$r.log"
+    local log="$OUT/torch-$w-$c-r$r.log" timing
+    timing_of "$w"
     if [[ $c == native* ]]; then
         cci_run 150 "$log" env "$(config_env "$c")" \
             "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}"
@@ -146,7 +155,7 @@ run_torch() {  # WORKLOAD CONFIG ROUND
 if ! part_on torch; then
     cci_say "torch workloads skipped (CHECK_PARTS=$CHECK_PARTS)"
 elif cci_find_workloads; then
-    cci_say "torch workloads from $CCI_WORKLOADS: $WORKLOADS, $WARMUP_STEPS warm-up steps then $TIMED_RUNS timed runs of $STEPS steps in each process, $REPEATS round(s); configurations: $CONFIGS"
+    cci_say "torch workloads from $CCI_WORKLOADS: $WORKLOADS, $WARMUP_STEPS warm-up steps then $TIMED_RUNS timed runs of $STEPS steps (seedfrag: $STEPS_seedfrag) in each process, $REPEATS round(s); configurations: $CONFIGS"
     # Rounds outermost: each round runs every workload in every configuration once, in an order
     # rotated by one place per round, so that a host drifting over the call (clocks, caches, other
     # tenants) weighs on every configuration alike. A round starts only if the last one would
