@@ -19,6 +19,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 
 #define MAG_CLASSES 8   // (stream, size) classes a thread keeps at once
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
+#define ALL_CLASSES ((1u << MAG_CLASSES) - 1)
 #define LOG_EVENTS 2048  // events kept for the observers between two stops (2 x 96 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 #define OWNER_WAIT_SPINS 1024  // pauses before a lock holder waiting for a fast path yields its CPU
@@ -44,6 +45,10 @@ typedef struct {
 
 typedef cci_tc_event tc_event;
 
+// The classes of a `filled` mask, lowest first: the order a scan of every class would take.
+#define FOR_EACH_CLASS(c, mask) \
+    for (unsigned left_ = (mask), c; left_ && ((c = (unsigned)__builtin_ctz(left_)), 1); left_ &= left_ - 1)
+
 // What the fast paths changed since the last stop: the net change of each figure and the sum of
 // its increases (cci_stat.allocated); the decreases (cci_stat.freed) are their difference.
 typedef struct {
@@ -56,6 +61,8 @@ struct cci_tc {
     cci_allocator *a;          // NULL once the allocator is destroyed (registry lock)
     struct cci_tc *next;       // the allocator's list (its mutex)
     mag_class mag[MAG_CLASSES];
+    unsigned filled;           // bit c: mag[c] holds blocks. The fast paths and drains look at those
+                               // only (a scan of every class cost more than a hit's statistics)
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
@@ -430,18 +437,15 @@ static void tell_handed(cci_allocator *a)
         tc->nhanded = tc->told = 0;
 }
 
-// Adds `sign` times a shard-shaped change to the allocator's statistics, without touching peaks:
-// folding a shard (whose increases stayed within credits under the peaks), or taking a cached
-// block's recorded free back out before the locked path counts it. Unrolled for each pool and
-// sign, the table's offsets are constants (stats_shift_in): a locked allocation after cached
-// frees runs this once per block, and the loop cost more than the rest of its drain.
-static inline __attribute__((always_inline)) void stats_shift_in(cci_stats *stats, int pool, const shard_pool *sh,
-                                                                 int sign)
+// Adds a shard to the allocator's statistics, without touching peaks: its increases stayed within
+// credits under the peaks. Unrolled for each pool, the table's offsets are constants
+// (stats_fold_in): the loop over the table had cost more than the rest of a stop.
+static inline __attribute__((always_inline)) void stats_fold_in(cci_stats *stats, int pool, const shard_pool *sh)
 {
     const int pools[2] = {CCI_POOL_ALL, pool};
 #pragma GCC unroll 6
     for (int k = 0; k < NKIND; k++) {
-        int64_t cur = sign * sh->cur[k], inc = sign * sh->inc[k];
+        int64_t cur = sh->cur[k], inc = sh->inc[k];
 #pragma GCC unroll 2
         for (int f = 0; f < FAMILIES_PER_KIND; f++)
 #pragma GCC unroll 2
@@ -457,18 +461,6 @@ static inline __attribute__((always_inline)) void stats_shift_in(cci_stats *stat
     }
 }
 
-static void stats_shift(cci_allocator *a, int pool, const shard_pool *sh, int sign)
-{
-    if (pool == CCI_POOL_SMALL && sign > 0)
-        stats_shift_in(&a->st, CCI_POOL_SMALL, sh, +1);
-    else if (pool == CCI_POOL_SMALL)
-        stats_shift_in(&a->st, CCI_POOL_SMALL, sh, -1);
-    else if (sign > 0)
-        stats_shift_in(&a->st, CCI_POOL_LARGE, sh, +1);
-    else
-        stats_shift_in(&a->st, CCI_POOL_LARGE, sh, -1);
-}
-
 // At every stop: the cache's statistics join the allocator's, so every reader sees exact figures.
 // Its magazine blocks stay where they are (see cci__tc_drain_all): they count as freed already.
 static void fold_cache(cci_allocator *a, cci_tc *tc)
@@ -476,14 +468,17 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     if (!tc->dirty)
         return;
     tc->dirty = 0;
-    stats_shift(a, CCI_POOL_SMALL, &tc->shard[CCI_POOL_SMALL], +1);
-    stats_shift(a, CCI_POOL_LARGE, &tc->shard[CCI_POOL_LARGE], +1);
+    stats_fold_in(&a->st, CCI_POOL_SMALL, &tc->shard[CCI_POOL_SMALL]);
+    stats_fold_in(&a->st, CCI_POOL_LARGE, &tc->shard[CCI_POOL_LARGE]);
     // What the fast paths raised is spent from the credits, what they lowered earned (the value
     // moved away from its peak): the unlock hands out what is left.
+#pragma GCC unroll 3
     for (int pool = 0; pool < CCI_POOL_KINDS; pool++)
-        for (int k = 0; k < NKIND; k++)
+#pragma GCC unroll 6
+        for (int k = 0; k < NKIND; k++) {
             tc->credit[pool][k] -= tc->shard[pool].cur[k];
-    memset(tc->shard, 0, sizeof tc->shard);
+            tc->shard[pool].cur[k] = tc->shard[pool].inc[k] = 0;
+        }
 }
 
 // One magazine class's blocks back to the free set. Lock held.
@@ -492,32 +487,25 @@ static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
     mag_class *m = &tc->mag[c];
     for (int i = 0; i < m->n; i++) {
         cci_block *b = m->b[i];
-        // Counted as freed when it entered the magazine (folded since): that count comes out,
-        // and the locked free counts it again, with its merges.
-        delta v;
-        delta_of(a, b, b->requested, -1, m->split[i], m->split_bytes[i], &v);
-        shard_pool freed = {0};
-        for (int k = 0; k < NKIND; k++) {
-            freed.cur[k] = v.d[k];
-            freed.inc[k] = v.d[k] > 0 ? v.d[k] : 0;
-        }
-        stats_shift(a, v.pool, &freed, -1);
+        // Counted as freed when it entered the magazine (folded since), with the merges foreseen
+        // then: the locked side counts the merges made now instead.
         cci_block **e = table_find(tc, b->addr);
         if (e)
             *e = TOMBSTONE;
         b->owner = NULL;
         b->state = BLOCK_ALLOCATED;
-        cci__release_cached(a, b);
+        cci__release_cached(a, b, m->split[i], m->split_bytes[i]);
     }
     size_t n = (size_t)m->n;
     m->n = 0;
+    tc->filled &= ~(1u << c);
     return n;
 }
 
 static void drain_cache(cci_allocator *a, cci_tc *tc)
 {
-    for (int c = 0; c < MAG_CLASSES; c++)
-        drain_class(a, tc, c);
+    FOR_EACH_CLASS(c, tc->filled)
+        drain_class(a, tc, (int)c);
 }
 
 void cci__tc_drain_all(cci_allocator *a)
@@ -548,9 +536,9 @@ size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t roun
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         if (tc == mine)
             continue;
-        for (int c = 0; c < MAG_CLASSES; c++)
+        FOR_EACH_CLASS(c, tc->filled)
             if (class_fits(&tc->mag[c], stream, small, rounded, than))
-                found += drain ? drain_class(a, tc, c) : (size_t)tc->mag[c].n;
+                found += drain ? drain_class(a, tc, (int)c) : (size_t)tc->mag[c].n;
     }
     return found;
 }
@@ -730,9 +718,9 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
     if (!tc)
         return CCI_ENOTOURS;
     int rc = CCI_ENOTOURS;
-    for (int c = 0; c < MAG_CLASSES; c++) {
+    FOR_EACH_CLASS(c, tc->filled) {
         mag_class *m = &tc->mag[c];
-        if (m->n == 0 || m->size != rounded || m->stream != stream)
+        if (m->size != rounded || m->stream != stream)
             continue;
         cci_block *b = m->b[m->n - 1];
         delta v;
@@ -743,7 +731,8 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
             rc = LOG_FULL;
             break;
         }
-        m->n--;
+        if (--m->n == 0)
+            tc->filled &= ~(1u << c);
         delta_apply(tc, &v, 1);
         __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
         b->requested = requested;
@@ -762,15 +751,18 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
 // is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
 static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
 {
-    mag_class *m = NULL;
-    for (int c = 0; c < MAG_CLASSES && !m; c++)
-        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
-            m = &tc->mag[c];
-    for (int c = 0; c < MAG_CLASSES && !m; c++)
-        if (tc->mag[c].n == 0)
-            m = &tc->mag[c];
-    if (!m)
+    int at = -1;  // the first class of b's size and stream with room, else the first empty one
+    FOR_EACH_CLASS(c, tc->filled)
+        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream) {
+            at = (int)c;
+            break;
+        }
+    unsigned empty = ~tc->filled & ALL_CLASSES;
+    if (at < 0 && empty)
+        at = __builtin_ctz(empty);
+    if (at < 0)
         return CCI_ENOTOURS;
+    mag_class *m = &tc->mag[at];
     delta v;
     int split;
     int64_t split_bytes;
@@ -783,6 +775,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     m->split[m->n] = (int8_t)split;
     m->split_bytes[m->n] = split_bytes;
     m->b[m->n++] = b;
+    tc->filled |= 1u << at;
     delta_apply(tc, &v, 0);
     __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
     tc->dirty = 1;
@@ -856,6 +849,7 @@ void cci__tc_forget_all(cci_allocator *a)
         tc->table = NULL;
         tc->table_cap = tc->table_used = 0;
         memset(tc->mag, 0, sizeof tc->mag);
+        tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
         tc->nlog = tc->nhanded = tc->told = 0;
