@@ -757,12 +757,13 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
 // is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
 static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
 {
-    int at = -1;  // the first class of b's size and stream with room, else the first empty one
-    FOR_EACH_CLASS(c, tc->filled)
-        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream) {
-            at = (int)c;
-            break;
-        }
+    // The first class of b's size and stream with room, else the first empty one. Every class:
+    // an empty one keeps its size and stream, and is taken first by a block of them, which
+    // decides the order the blocks are drained in, and so the inactive-split running totals.
+    int at = -1;
+    for (int c = 0; c < MAG_CLASSES && at < 0; c++)
+        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
+            at = c;
     unsigned empty = ~tc->filled & ALL_CLASSES;
     if (at < 0 && empty)
         at = __builtin_ctz(empty);

@@ -5,13 +5,26 @@
 // stream; deferred: cudaFree without streams). Run it twice with different --ops under callgrind
 // and subtract: the cost of one more operation, start-up excluded.
 //
-//   prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred]
+// With --fingerprint N it also prints a hash of every address handed out and of the whole
+// statistics struct read every N operations: two builds that take the same decisions and keep the
+// same statistics (peaks and running totals included) print the same hash.
+//
+//   prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] [--fingerprint N]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "allocator.h"
 #include "../bench/bench_util.h"
+
+// FNV-1a over `n` bytes, continued from `h`.
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
 
 static int parse_mode(const char *s, cci_free_mode *mode)
 {
@@ -30,6 +43,7 @@ int main(int argc, char **argv)
     long ops = BU_MIXED_OPS;
     int tc = 1;
     cci_free_mode mode = CCI_FREE_NOW;
+    long every = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--ops") && (ops = atol(v)) > 0) {
@@ -38,8 +52,11 @@ int main(int argc, char **argv)
             tc = atoi(argv[++i]) != 0;
         } else if (v && !strcmp(argv[i], "--mode") && parse_mode(v, &mode) == 0) {
             i++;
+        } else if (v && !strcmp(argv[i], "--fingerprint") && (every = atol(v)) > 0) {
+            i++;
         } else {
-            fprintf(stderr, "usage: prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred]\n");
+            fprintf(stderr, "usage: prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] "
+                            "[--fingerprint N]\n");
             return 2;
         }
     }
@@ -54,6 +71,7 @@ int main(int argc, char **argv)
     cci_allocator_thread_cache(a, tc);
     static uintptr_t slot[BU_MIXED_SLOTS];
     uint64_t rng = 0x9e3779b97f4a7c15ull;  // bench_core's sequence
+    uint64_t hash = 0xcbf29ce484222325ull;
     uint64_t t0 = bu_now_ns();
     for (long op = 0; op < ops; op++) {
         unsigned k = (unsigned)(bu_rand(&rng) % BU_MIXED_SLOTS);
@@ -63,10 +81,17 @@ int main(int argc, char **argv)
             slot[k] = 0;
         } else {
             rc = cci_malloc(a, bu_log_uniform(&rng, BU_MIXED_LO, BU_MIXED_HI), 0, &slot[k]);
+            if (every)
+                hash = fnv(hash, &slot[k], sizeof slot[k]);
         }
         if (rc != CCI_OK) {
             fprintf(stderr, "prof_mixed: allocator error %d at op %ld\n", rc, op);
             return 1;
+        }
+        if (every && (op + 1) % every == 0) {
+            cci_stats s = {.size = sizeof s};
+            cci_alloc_stats(a, &s);
+            hash = fnv(hash, &s, sizeof s);
         }
     }
     double ns = (double)(bu_now_ns() - t0) / (double)ops;
@@ -75,6 +100,8 @@ int main(int argc, char **argv)
     printf("prof_mixed: %ld ops, %.1f ns/op, peak reserved %lld, peak allocated %lld, device allocations %llu\n",
            ops, ns, (long long)s.reserved_bytes[CCI_POOL_ALL].peak, (long long)s.allocated_bytes[CCI_POOL_ALL].peak,
            (unsigned long long)s.num_device_alloc);
+    if (every)
+        printf("prof_mixed: fingerprint %016llx\n", (unsigned long long)hash);
     cci_allocator_destroy(a, 1);
     cci_sim_destroy(sim);
     return 0;
