@@ -640,7 +640,9 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
     size_t fit = b ? b->size : SIZE_MAX;
-    if (a->tcs && fit != rounded && cci__tc_fitting(a, stream, small, rounded, fit, 0)) {
+    // (Only other threads' magazines are searched: none when the only cache is this thread's.)
+    int others = a->ntcs > (a->tc_mine != NULL);
+    if (others && fit != rounded && cci__tc_fitting(a, stream, small, rounded, fit, 0)) {
         // Another thread's magazine holds a closer fit: with it back in the free set, the policy
         // chooses as it would without the caches.
         if (b)

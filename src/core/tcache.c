@@ -299,8 +299,11 @@ static cci_tc *my_cache(const cci_allocator *a)
 // Lock held, whenever the list changes.
 static void note_alone(cci_allocator *a)
 {
-    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+    a->ntcs = 0;
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         tc->alone = a->tcs == tc && !tc->next;
+        a->ntcs++;
+    }
 }
 
 static void unlink_cache(cci_allocator *a, cci_tc *tc)
@@ -557,6 +560,12 @@ void cci__lock(cci_allocator *a)
         return;
     unsigned spins = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+        if (tc == a->tc_mine) {
+            // Its owner is this thread, here and not in a fast path: nothing to wait for, and no
+            // other thread touches the gate while the mutex is held. A plain store, not a CAS.
+            atomic_store_explicit(&tc->gate, GATE_STOPPED, memory_order_relaxed);
+            continue;
+        }
         int open = GATE_OPEN;
         while (!atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_STOPPED, memory_order_acquire,
                                                       memory_order_relaxed)) {
@@ -872,6 +881,7 @@ void cci__tc_detach_all(cci_allocator *a)
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
         tc->a = NULL;
     a->tcs = NULL;
+    a->ntcs = 0;
     pthread_mutex_unlock(&registry);
 }
 
@@ -890,4 +900,5 @@ void cci__tc_fork_child(cci_allocator *a)
         cache_free(tc);
     }
     a->tcs = NULL;
+    a->ntcs = 0;
 }
