@@ -172,7 +172,7 @@ static int is_free_for_program(const cci_block *n)
     return st == BLOCK_FREE || st == BLOCK_CACHED;
 }
 
-static void split_on_free(const cci_block *b, int *count, int64_t *bytes)
+static inline __attribute__((always_inline)) void split_on_free(const cci_block *b, int *count, int64_t *bytes)
 {
     *count = 0;
     *bytes = 0;
@@ -229,7 +229,7 @@ static size_t slot_of(uintptr_t addr, size_t cap)
     return (size_t)(cci_addr_mix(addr) >> 32) & (cap - 1);
 }
 
-static cci_block **table_find(cci_tc *tc, uintptr_t addr)
+static inline cci_block **table_find(cci_tc *tc, uintptr_t addr)
 {
     if (!tc->table)
         return NULL;
@@ -683,7 +683,7 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 // path in turn, and the stops never ended while more than one thread ran.
 #define STOP_WAIT_SPINS 4096
 
-static cci_tc *enter(cci_allocator *a)
+static inline __attribute__((always_inline)) cci_tc *enter(cci_allocator *a)
 {
     cci_tc *tc = my_cache(a);
     if (!tc)
