@@ -9,7 +9,11 @@
 // statistics struct read every N operations: two builds that take the same decisions and keep the
 // same statistics (peaks and running totals included) print the same hash.
 //
+// With --sizes N the requests take only N sizes (drawn once from the same distribution): the
+// thread caches then serve most allocations, where on the mixed workload they almost never do.
+//
 //   prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] [--fingerprint N]
+//              [--sizes N]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +47,7 @@ int main(int argc, char **argv)
     long ops = BU_MIXED_OPS;
     int tc = 1;
     cci_free_mode mode = CCI_FREE_NOW;
-    long every = 0;
+    long every = 0, nsizes = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--ops") && (ops = atol(v)) > 0) {
@@ -54,9 +58,11 @@ int main(int argc, char **argv)
             i++;
         } else if (v && !strcmp(argv[i], "--fingerprint") && (every = atol(v)) > 0) {
             i++;
+        } else if (v && !strcmp(argv[i], "--sizes") && (nsizes = atol(v)) > 0 && nsizes <= 64) {
+            i++;
         } else {
             fprintf(stderr, "usage: prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] "
-                            "[--fingerprint N]\n");
+                            "[--fingerprint N] [--sizes 1..64]\n");
             return 2;
         }
     }
@@ -71,6 +77,9 @@ int main(int argc, char **argv)
     cci_allocator_thread_cache(a, tc);
     static uintptr_t slot[BU_MIXED_SLOTS];
     uint64_t rng = 0x9e3779b97f4a7c15ull;  // bench_core's sequence
+    size_t sizes[64];
+    for (long i = 0; i < nsizes; i++)
+        sizes[i] = bu_log_uniform(&rng, BU_MIXED_LO, BU_MIXED_HI);
     uint64_t hash = 0xcbf29ce484222325ull;
     uint64_t t0 = bu_now_ns();
     for (long op = 0; op < ops; op++) {
@@ -80,7 +89,8 @@ int main(int argc, char **argv)
             rc = cci_free(a, slot[k], 0, mode);
             slot[k] = 0;
         } else {
-            rc = cci_malloc(a, bu_log_uniform(&rng, BU_MIXED_LO, BU_MIXED_HI), 0, &slot[k]);
+            size_t n = nsizes ? sizes[bu_rand(&rng) % (uint64_t)nsizes] : bu_log_uniform(&rng, BU_MIXED_LO, BU_MIXED_HI);
+            rc = cci_malloc(a, n, 0, &slot[k]);
             if (every)
                 hash = fnv(hash, &slot[k], sizeof slot[k]);
         }
