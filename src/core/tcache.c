@@ -61,8 +61,9 @@ struct cci_tc {
     cci_allocator *a;          // NULL once the allocator is destroyed (registry lock)
     struct cci_tc *next;       // the allocator's list (its mutex)
     mag_class mag[MAG_CLASSES];
-    unsigned filled;           // bit c: mag[c] holds blocks. The fast paths and drains look at those
-                               // only (a scan of every class cost more than a hit's statistics)
+    unsigned filled;           // bit c: mag[c] holds blocks. Allocations, drains and the fitting
+                               // search look at those only (a scan of every class cost more than a
+                               // hit's statistics); a free looks at every class (cache_block)
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
