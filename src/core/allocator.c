@@ -281,11 +281,10 @@ static inline void absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_blo
 
 void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c) { absorb_free_neighbour(a, b, c); }
 
-// Returns b to the free set, merging with free neighbours, and keeps the active and
-// inactive-split counters in step.
-static void free_block(cci_allocator *a, cci_block *b)
+// Returns b to the free set, merging with free neighbours, and keeps the inactive-split
+// counters in step.
+static void merge_into_free_set(cci_allocator *a, cci_block *b)
 {
-    size_t orig = b->size;
     int64_t net_blocks = 0, net_bytes = 0;
     cci_block *cands[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
@@ -303,6 +302,13 @@ static void free_block(cci_allocator *a, cci_block *b)
     }
     stat_pool(a->st.inactive_split, b->small, net_blocks);
     stat_pool(a->st.inactive_split_bytes, b->small, net_bytes);
+}
+
+// ... and the active counters too.
+static void free_block(cci_allocator *a, cci_block *b)
+{
+    size_t orig = b->size;
+    merge_into_free_set(a, b);
     stat_pool_dec(a->st.active, b->small, 1);
     stat_pool_dec(a->st.active_bytes, b->small, (int64_t)orig);
 }
@@ -634,7 +640,9 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         cci__fenced_tick(a);
     cci_block *b = take_free_block(a, rounded, small, stream);
     size_t fit = b ? b->size : SIZE_MAX;
-    if (a->tcs && fit != rounded && cci__tc_fitting(a, stream, small, rounded, fit, 0)) {
+    // (Only other threads' magazines are searched: none when the only cache is this thread's.)
+    int others = a->ntcs > (a->tc_mine != NULL);
+    if (others && fit != rounded && cci__tc_fitting(a, stream, small, rounded, fit, 0)) {
         // Another thread's magazine holds a closer fit: with it back in the free set, the policy
         // chooses as it would without the caches.
         if (b)
@@ -706,11 +714,31 @@ static void count_free(cci_allocator *a, const cci_block *b)
         stat_dec(&a->st.oversize_allocations, 1);
 }
 
-void cci__release_cached(cci_allocator *a, cci_block *b)
+// Takes back a change of `d` that stat_add counted (without its peak: a peak stays a peak).
+static inline void stat_unadd(cci_stat *s, int64_t d)
 {
-    count_free(a, b);
+    s->current -= d;
+    if (d > 0)
+        s->allocated -= d;
+    else
+        s->freed += d;
+}
+
+void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
+{
+    // Its free was counted when the thread cached it (tcache.c): the allocation and active
+    // figures went down then, exactly as count_free and free_block would take them down now, so
+    // they stay. The inactive-split figures counted the merge the cache foresaw (split,
+    // split_bytes, added to both pools as stat_pool adds): that comes out, and the merge made
+    // now goes in. The same figures, current, peaks and running totals, as taking the whole
+    // recorded free out and counting the locked free again.
+    int pool = pool_index(b->small);
+    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
+    stat_unadd(&a->st.inactive_split[pool], split);
+    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
+    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
     HASH_DELETE(hh, a->live, b);
-    free_block(a, b);
+    merge_into_free_set(a, b);
 }
 
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)

@@ -112,6 +112,8 @@ struct cci_allocator {
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
+    struct cci_tc *tc_mine;               // the lock holder's cache (NULL: none), set by cci__lock
+    int ntcs;                             // caches in `tcs`
     cci_tc_event *evq;                    // events of the locked section, told at its unlock
     size_t nevq, evq_cap;
 };
@@ -188,8 +190,8 @@ enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 void cci__tell(cci_allocator *a, const cci_event *ev, int which);
 /// Queues an event for the unlock while thread caches exist: 1 when queued.
 int cci__tc_queue_event(cci_allocator *a, const cci_event *ev);
-/// A block a thread cache kept (its events already told) goes back to the free set, counted as
-/// freed now (tcache.c, at a stop).
-void cci__release_cached(cci_allocator *a, cci_block *b);
+/// A block a thread cache kept (its events already told, its free counted with the inactive-split
+/// change `split`, `split_bytes` it foresaw) goes back to the free set (tcache.c, at a stop).
+void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t split_bytes);
 
 #endif
