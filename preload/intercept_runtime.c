@@ -158,13 +158,29 @@ static int runtime_release_answer(int released)
     return released == CCI_OK ? cudaSuccess : (int)runtime_error(cudaErrorInvalidValue);
 }
 
+// The real stream-ordered entry points, looked up only where a call is forwarded (not on the
+// served fast path).
+typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
+
+static malloc_async_fn real_malloc_async(int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    return ptsz ? rt->cudaMallocAsync_ptsz : rt->cudaMallocAsync;
+}
+
+static free_async_fn real_free_async(int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    return ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
+}
+
 // ---- the entry points ---------------------------------------------------------------------
 
 cudaError_t cci_pl_malloc(void **p, size_t size)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaMalloc(p, size);
-    const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
@@ -174,7 +190,7 @@ cudaError_t cci_pl_malloc(void **p, size_t size)
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
-        rc = rt->cudaMalloc(p, size);
+        rc = cci_real_rt()->cudaMalloc(p, size);
     cci_pl_forwarding_end(outer);
     return rc;
 }
@@ -183,26 +199,21 @@ cudaError_t cci_pl_free(void *p)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaFree(p);
-    const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
     int rc = -1;
     if (p)
         rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
                                                       CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
     if (rc < 0)
-        rc = rt->cudaFree(p);
+        rc = cci_real_rt()->cudaFree(p);
     cci_pl_forwarding_end(outer);
     return rc;
 }
 
 cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
 {
-    int active = runtime_level();
-    const cci_real_runtime *rt = cci_real_rt();
-    cudaError_t (*real)(void **, size_t, cudaStream_t) =
-        ptsz ? rt->cudaMallocAsync_ptsz : rt->cudaMallocAsync;
-    if (!active)
-        return real(p, size, s);
+    if (!runtime_level())
+        return real_malloc_async(ptsz)(p, size, s);
     int outer = cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
@@ -215,18 +226,15 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
-        rc = real(p, size, s);
+        rc = real_malloc_async(ptsz)(p, size, s);
     cci_pl_forwarding_end(outer);
     return rc;
 }
 
 cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
 {
-    int active = runtime_level();
-    const cci_real_runtime *rt = cci_real_rt();
-    cudaError_t (*real)(void *, cudaStream_t) = ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
-    if (!active)
-        return real(p, s);
+    if (!runtime_level())
+        return real_free_async(ptsz)(p, s);
     int outer = cci_pl_forwarding_begin();
     int rc = -1;
     if (p) {
@@ -236,7 +244,7 @@ cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
             cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));
     }
     if (rc < 0)
-        rc = real(p, s);
+        rc = real_free_async(ptsz)(p, s);
     cci_pl_forwarding_end(outer);
     return rc;
 }
