@@ -18,16 +18,16 @@
 // one retain on each device's primary context (the one the runtime uses) and push it around every
 // driver call. These are slow paths (new segments, releases, synchronisations), so the push/pop
 // pair costs nothing that matters.
-static _Atomic(CUcontext) primary[CCI_PL_MAX_DEVICES];
+_Atomic(CUcontext) cci__primary[CCI_PL_MAX_DEVICES];
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static CUcontext primary_ctx(int device)
 {
-    CUcontext c = atomic_load_explicit(&primary[device], memory_order_acquire);
+    CUcontext c = atomic_load_explicit(&cci__primary[device], memory_order_acquire);
     if (c)
         return c;
     pthread_mutex_lock(&primary_lock);
-    c = atomic_load_explicit(&primary[device], memory_order_relaxed);
+    c = atomic_load_explicit(&cci__primary[device], memory_order_relaxed);
     if (!c) {
         CUdevice d;
         CUresult r = cci_real_drv()->cuDeviceGet(&d, device);
@@ -38,7 +38,7 @@ static CUcontext primary_ctx(int device)
                     device, r);
             c = NULL;
         }
-        atomic_store_explicit(&primary[device], c, memory_order_release);
+        atomic_store_explicit(&cci__primary[device], c, memory_order_release);
     }
     pthread_mutex_unlock(&primary_lock);
     return c;
@@ -183,7 +183,7 @@ void cci_cuda_backend_drop_device(int device)
     // the context they belong to still exists.
     cci_cuda_vmm_drop_device(device);
     pthread_mutex_lock(&primary_lock);
-    CUcontext c = atomic_exchange(&primary[device], NULL);
+    CUcontext c = atomic_exchange(&cci__primary[device], NULL);
     if (c) {
         CUdevice d;
         if (cci_real_drv()->cuDeviceGet(&d, device) == CUDA_SUCCESS)
@@ -197,7 +197,7 @@ CUcontext cci_cuda_backend_primary(int device, int retain)
     if ((unsigned)device >= CCI_PL_MAX_DEVICES)
         return NULL;
     return retain ? primary_ctx(device)
-                  : atomic_load_explicit(&primary[device], memory_order_acquire);
+                  : atomic_load_explicit(&cci__primary[device], memory_order_acquire);
 }
 
 void cci_cuda_backend_atfork_child(void)
@@ -205,5 +205,5 @@ void cci_cuda_backend_atfork_child(void)
     cci_cuda_vmm_atfork_child();
     pthread_mutex_init(&primary_lock, NULL);
     for (int i = 0; i < CCI_PL_MAX_DEVICES; i++)
-        atomic_store(&primary[i], NULL);
+        atomic_store(&cci__primary[i], NULL);
 }

@@ -3,6 +3,8 @@
 #ifndef CCI_PRELOAD_BACKEND_CUDA_H
 #define CCI_PRELOAD_BACKEND_CUDA_H
 
+#include <stdatomic.h>
+
 #include "backend.h"
 #include "cuda_abi.h"
 
@@ -20,6 +22,13 @@ void cci_cuda_backend_drop_device(int device);
 /// The primary context of `device` that our segments live in: the one the backend holds, or
 /// with `retain` = 1 retained now if it holds none yet. NULL when there is none.
 CUcontext cci_cuda_backend_primary(int device, int retain);
+/// The same without retaining, inline for the hooks' fast path: the context the backend holds
+/// for `device` (an ordinal below CCI_PL_MAX_DEVICES), NULL when none.
+extern _Atomic(CUcontext) cci__primary[CCI_PL_MAX_DEVICES];
+static inline CUcontext cci_cuda_backend_primary_peek(int device)
+{
+    return atomic_load_explicit(&cci__primary[(unsigned)device % CCI_PL_MAX_DEVICES], memory_order_acquire);
+}
 /// In a fork child: forget the parent's contexts without driver calls.
 void cci_cuda_backend_atfork_child(void);
 

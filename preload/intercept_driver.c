@@ -22,9 +22,9 @@
 
 // 1 when this call is the driver level's to handle: not already handled by a runtime hook that
 // is forwarding it, the level switched on, and the layer active (which starts it on first use).
-static int driver_level(void)
+static inline int driver_level(void)
 {
-    return !cci_pl_forwarding() && (cci_pl_levels() & CCI_LEVEL_DRIVER) && cci_state_active();
+    return !cci_pl_forwarding() && cci_pl_serving(CCI_LEVEL_DRIVER);
 }
 
 // The device of the calling thread's current context, when that context is the device's primary
@@ -40,7 +40,7 @@ static int primary_device(const cci_real_driver *t, int *device)
     CUdevice dev;
     if (!t->cuCtxGetCurrent || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
         return -1;
-    if (cur == last_primary && cci_cuda_backend_primary(last_primary_device, 0) == cur) {
+    if (__builtin_expect(cur == last_primary, 1) && cci_cuda_backend_primary_peek(last_primary_device) == cur) {
         *device = last_primary_device;
         return 0;
     }

@@ -21,9 +21,9 @@
 #include "stream_registry.h"
 #include "streams.h"
 
-static int runtime_level(void)
+static inline int runtime_level(void)
 {
-    return cci_state_active() && (cci_pl_levels() & CCI_LEVEL_RUNTIME);
+    return cci_pl_serving(CCI_LEVEL_RUNTIME);
 }
 
 // A failed runtime call leaves its code in the runtime's per-thread error state (cudaGetLastError
@@ -47,19 +47,72 @@ static cudaError_t runtime_error(cudaError_t code)
 // and matching it against the primary contexts our allocators use costs a fraction of
 // cudaGetDevice (61 ns a call on the H100 host): this runs on every cudaMalloc. Anything else (no
 // context yet in this thread, a context of the program's own) asks the runtime.
-static int current_device(int *device)
+//
+// One device (issue 15): when the driver shows the process exactly one device, the runtime's
+// current device can only be 0 (cudaSetDevice refuses every other ordinal, and the count is fixed
+// at cuInit), and the question above can only answer 0 or fail; it fails only when neither the
+// driver nor the runtime can answer (the runtime not initialised, or unusable). So once one
+// question has been answered with 0 in this process (the runtime works), every later one would
+// answer 0 too, and is not asked: no CUDA call. The runtime stays working until it unloads at
+// exit, where the program's own cudaMalloc could not succeed anyway. A fork child asks again.
+static _Atomic int one_device_known;
+
+// The thread's last match of its current context against a primary context: while the thread's
+// context is still that primary context of ours, its device is known without the search.
+static _Thread_local CUcontext last_ctx __attribute__((tls_model("initial-exec")));
+static _Thread_local int last_ctx_device __attribute__((tls_model("initial-exec")));
+
+// Whether the driver shows exactly one device (asked once; our start-up ran cuInit).
+static int driver_shows_one_device(void)
+{
+    static _Atomic int answer = -1;
+    int v = atomic_load_explicit(&answer, memory_order_relaxed);
+    if (v < 0) {
+        const cci_real_driver *drv = cci_real_drv();
+        int n = 0;
+        v = drv->cuDeviceGetCount && drv->cuDeviceGetCount(&n) == CUDA_SUCCESS && n == 1;
+        atomic_store_explicit(&answer, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static int ask_current_device(int *device)
 {
     const cci_real_driver *drv = cci_real_drv();
     CUcontext cur = NULL;
     if (drv->cuCtxGetCurrent && drv->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur) {
+        if (cur == last_ctx && cci_cuda_backend_primary_peek(last_ctx_device) == cur) {
+            *device = last_ctx_device;
+            return 0;
+        }
         for (int d = 0, n = cci_state_device_bound(); d < n; d++) {
-            if (cci_cuda_backend_primary(d, 0) == cur) {
+            if (cci_cuda_backend_primary_peek(d) == cur) {
+                last_ctx = cur;
+                last_ctx_device = d;
                 *device = d;
                 return 0;
             }
         }
     }
     return cci_real_rt()->cudaGetDevice(device) == cudaSuccess ? 0 : -1;
+}
+
+static inline int current_device(int *device)
+{
+    if (__builtin_expect(atomic_load_explicit(&one_device_known, memory_order_relaxed), 1)) {
+        *device = 0;
+        return 0;
+    }
+    if (ask_current_device(device) != 0)
+        return -1;
+    if (*device == 0 && driver_shows_one_device())
+        atomic_store_explicit(&one_device_known, 1, memory_order_relaxed);
+    return 0;
+}
+
+void cci_pl_runtime_atfork_child(void)
+{
+    atomic_store(&one_device_known, 0);
 }
 
 static int runtime_device(int *device)
@@ -105,13 +158,29 @@ static int runtime_release_answer(int released)
     return released == CCI_OK ? cudaSuccess : (int)runtime_error(cudaErrorInvalidValue);
 }
 
+// The real stream-ordered entry points, looked up only where a call is forwarded (not on the
+// served fast path).
+typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
+
+static malloc_async_fn real_malloc_async(int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    return ptsz ? rt->cudaMallocAsync_ptsz : rt->cudaMallocAsync;
+}
+
+static free_async_fn real_free_async(int ptsz)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    return ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
+}
+
 // ---- the entry points ---------------------------------------------------------------------
 
 cudaError_t cci_pl_malloc(void **p, size_t size)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaMalloc(p, size);
-    const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
@@ -121,7 +190,7 @@ cudaError_t cci_pl_malloc(void **p, size_t size)
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
-        rc = rt->cudaMalloc(p, size);
+        rc = cci_real_rt()->cudaMalloc(p, size);
     cci_pl_forwarding_end(outer);
     return rc;
 }
@@ -130,26 +199,21 @@ cudaError_t cci_pl_free(void *p)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaFree(p);
-    const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
     int rc = -1;
     if (p)
         rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
                                                       CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
     if (rc < 0)
-        rc = rt->cudaFree(p);
+        rc = cci_real_rt()->cudaFree(p);
     cci_pl_forwarding_end(outer);
     return rc;
 }
 
 cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
 {
-    int active = runtime_level();
-    const cci_real_runtime *rt = cci_real_rt();
-    cudaError_t (*real)(void **, size_t, cudaStream_t) =
-        ptsz ? rt->cudaMallocAsync_ptsz : rt->cudaMallocAsync;
-    if (!active)
-        return real(p, size, s);
+    if (!runtime_level())
+        return real_malloc_async(ptsz)(p, size, s);
     int outer = cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
@@ -162,18 +226,15 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
-        rc = real(p, size, s);
+        rc = real_malloc_async(ptsz)(p, size, s);
     cci_pl_forwarding_end(outer);
     return rc;
 }
 
 cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
 {
-    int active = runtime_level();
-    const cci_real_runtime *rt = cci_real_rt();
-    cudaError_t (*real)(void *, cudaStream_t) = ptsz ? rt->cudaFreeAsync_ptsz : rt->cudaFreeAsync;
-    if (!active)
-        return real(p, s);
+    if (!runtime_level())
+        return real_free_async(ptsz)(p, s);
     int outer = cci_pl_forwarding_begin();
     int rc = -1;
     if (p) {
@@ -183,7 +244,7 @@ cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
             cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));
     }
     if (rc < 0)
-        rc = real(p, s);
+        rc = real_free_async(ptsz)(p, s);
     cci_pl_forwarding_end(outer);
     return rc;
 }

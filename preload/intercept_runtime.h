@@ -23,4 +23,7 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
 cudaError_t cci_pl_stream_destroy(cudaStream_t s);
 cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags);
 
+/// A fork child: the runtime's current device is asked again (CUDA may not work in the child).
+void cci_pl_runtime_atfork_child(void);
+
 #endif

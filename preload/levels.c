@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "settings.h"
+#include "state.h"
 
 _Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
 
@@ -21,6 +22,11 @@ static struct {
 } served[SERVED_SHARDS] __attribute__((aligned(64)));
 static _Atomic unsigned next_shard;
 static _Thread_local unsigned my_shard __attribute__((tls_model("initial-exec")));
+// The thread's own shard once it has one (its first SERVED_SHARDS threads); NULL for a thread not
+// counted yet and for the later threads, which share shards and count with an atomic add.
+_Thread_local _Atomic uint64_t *cci__my_served __attribute__((tls_model("initial-exec")));
+
+_Atomic int cci__serving = -1;
 
 void cci_pl_levels_atfork_child(void)
 {
@@ -52,17 +58,38 @@ int cci_pl_levels(void)
     return v;
 }
 
-void cci_pl_count(int level)
+// The gate's first answers, until the layer's mode is decided. A level that is off answers 0
+// without starting anything (a driver wrapper called with only the runtime level on must not
+// start CUDA, as before). Once cci_state_active() has decided the mode, the answer for every
+// level is published: from then on the gate is one load (cci_pl_serving).
+int cci__pl_serving_slow(int level)
 {
-    if (__builtin_expect(!my_shard, 0))
+    int levels_on = cci_pl_levels();
+    if (!(levels_on & level))
+        return 0;
+    int active = cci_state_active();
+    // cci_state_active() returns before the decision only inside the start-up itself; then
+    // nothing is published, and the next call asks again.
+    if (atomic_load_explicit(&cci__mode, memory_order_acquire) != CCI_MODE_UNINIT)
+        atomic_store_explicit(&cci__serving, active ? levels_on : 0, memory_order_relaxed);
+    return active;
+}
+
+// The first call of a thread: it takes the next shard. The first SERVED_SHARDS threads own theirs
+// (cci__my_served: a plain increment, no locked instruction, is enough); later threads share
+// shards and keep counting here, with the atomic add.
+void cci__pl_count_slow(int level)
+{
+    if (!my_shard) {
         my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed);
-    _Atomic uint64_t *n = &served[(my_shard - 1) % SERVED_SHARDS].n[level == CCI_LEVEL_DRIVER];
-    // The first SERVED_SHARDS threads own their shard: a plain increment (no locked instruction)
-    // is enough; later threads share shards and need the atomic one.
-    if (__builtin_expect(my_shard <= SERVED_SHARDS, 1))
-        atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1, memory_order_relaxed);
-    else
-        atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+        if (my_shard <= SERVED_SHARDS) {
+            cci__my_served = served[my_shard - 1].n;
+            cci_pl_count(level);
+            return;
+        }
+    }
+    atomic_fetch_add_explicit(&served[(my_shard - 1) % SERVED_SHARDS].n[level == CCI_LEVEL_DRIVER], 1,
+                              memory_order_relaxed);
 }
 
 void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver)

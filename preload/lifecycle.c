@@ -12,6 +12,7 @@
 
 #include "backend_cuda.h"
 #include "callsites.h"
+#include "intercept_runtime.h"
 #include "backend_cuda_fence.h"
 #include "levels.h"
 #include "log.h"
@@ -44,7 +45,8 @@ __attribute__((constructor)) static void at_load(void)
 //   here are re-initialised, not released. Order:
 //   1. state:    forget the inherited allocators (their segments belong to the parent's context;
 //                no CUDA call) and start with empty pools;
-//   2. levels:   the per-level counts start over with those pools;
+//   2. levels:   the per-level counts start over with those pools, and the runtime level asks
+//                for the current device again (CUDA may not work in the child);
 //   3. backend:  forget the parent's primary contexts;
 //   4. streams:  forget the parent's stream table;
 //   5. report:   free the inherited timelines (they observed the allocators dropped in 1, which is
@@ -67,6 +69,7 @@ static void fork_child(void)
 {
     cci__state_atfork_child();
     cci_pl_levels_atfork_child();
+    cci_pl_runtime_atfork_child();
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
     cci_stream_registry_atfork_child();

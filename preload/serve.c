@@ -19,7 +19,7 @@
 // map cannot name the owner (release_by_scan), so most such frees still take one lookup. Initial-exec:
 // the preload is loaded at start-up, so its thread-locals live in the static TLS block and an
 // access costs no __tls_get_addr call on the fast path.
-static _Thread_local int last_device __attribute__((tls_model("initial-exec")));
+_Thread_local int cci__serve_last_device __attribute__((tls_model("initial-exec")));
 
 // The invalid-value error as each level names it, for the messages.
 static const char *invalid_value_name(int level)
@@ -27,22 +27,9 @@ static const char *invalid_value_name(int level)
     return level == CCI_LEVEL_RUNTIME ? "cudaErrorInvalidValue" : "CUDA_ERROR_INVALID_VALUE";
 }
 
-int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
+int cci__serve_alloc_failed(int level, int device, size_t size, int rc)
 {
-    // Before the allocator is asked (no lock held): a second thread or device switches the
-    // stream rule, synchronising the devices first (stream_registry.h).
-    cci_rule_note_thread();
-    cci_rule_note_device(device);
-    cci_allocator *a = cci_state_allocator(device);
-    if (!a)
-        return CCI_ENOTOURS;
-    int rc = cci_malloc(a, size, stream, addr);
-    if (__builtin_expect(rc == CCI_OK, 1)) {
-        last_device = device;
-        cci_callsites_on_alloc(device, *addr, size);
-        cci_pl_count(level);
-        return CCI_OK;
-    }
+    (void)level;
     if (rc != CCI_EOOM)
         return CCI_ENOTOURS;
     // The report asks the runtime for the device's free memory: that answer must be CUDA's, not
@@ -53,31 +40,13 @@ int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr
     return CCI_EOOM;
 }
 
-cci_free_mode cci_serve_sync_free_mode(void)
-{
-    // A real cudaFree waits for the device, so work still queued anywhere may use the block. The
-    // stream rule (stream_registry.h) says when that work can only be ordered before the next
-    // owner's: then the block is reusable at once; otherwise it waits for a fence on every stream
-    // that may use it. During a capture nothing may be recorded: the block waits for a later
-    // synchronisation, as before. immediate_reuse:True: always at once (unsafe, documented).
-    cci_rule_note_thread();
-    if (__builtin_expect(cci_capture_maybe_active(), 0))
-        return CCI_FREE_DEFERRED;
-    if (cci_rule_ordered() || cci_state_config()->immediate_reuse)
-        return CCI_FREE_NOW;
-    // Test-only (CCI_DEBUG_UNSAFE=no-fences): the fence is skipped, the layer is unsafe.
-    if (__builtin_expect(cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_FENCES, 0))
-        return CCI_FREE_NOW;
-    return CCI_FREE_FENCED;
-}
-
 // Asks the allocator that owns p, named by the address map without a lock: its "not ours" is
 // final, and memory in no chunk of ours goes back to CUDA without taking any allocator's lock.
 // Where the map cannot tell (a chunk two devices share, or a map left incomplete), every
 // allocator in turn until one knows p, the one this thread allocated from last first.
-static inline int ask_owner(uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t p, void *arg), void *arg)
+static int ask_owner_named(int owner, uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t p, void *arg),
+                           void *arg)
 {
-    int owner = cci_addr_map_device(p);
     if (__builtin_expect(owner >= 0, 1)) {
         cci_allocator *a = cci_state_allocator_peek(owner);
         return a ? ask(a, p, arg) : CCI_ENOTOURS;
@@ -86,7 +55,7 @@ static inline int ask_owner(uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t 
         return CCI_ENOTOURS;
     cci_log(CCI_LOG_DEBUG, "%#" PRIxPTR ": the address map cannot name its owner; asking each device's "
             "allocator", p);
-    int hint = last_device;
+    int hint = cci__serve_last_device;
     cci_allocator *a = cci_state_allocator_peek(hint);
     int rc = a ? ask(a, p, arg) : CCI_ENOTOURS;
     for (int d = 0, n = cci_state_device_bound(); rc == CCI_ENOTOURS && d < n; d++) {
@@ -94,6 +63,11 @@ static inline int ask_owner(uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t 
             rc = ask(a, p, arg);
     }
     return rc;
+}
+
+static int ask_owner(uintptr_t p, int (*ask)(cci_allocator *a, uintptr_t p, void *arg), void *arg)
+{
+    return ask_owner_named(cci_addr_map_device(p), p, ask, arg);
 }
 
 struct free_args {
@@ -107,16 +81,20 @@ static int ask_free(cci_allocator *a, uintptr_t p, void *arg)
     return cci_free(a, p, f->stream, f->mode);
 }
 
-int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
-                      cci_free_mode mode)
+int cci__serve_release_invalid(int level, const char *fn, uintptr_t p)
+{
+    cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): not the start of a live block (double free, "
+            "or a pointer inside a block); returning %s, the allocator is unchanged", fn, p,
+            invalid_value_name(level));
+    return CCI_EINVAL;
+}
+
+int cci__serve_release_unmapped(int level, const char *fn, uintptr_t p, uint64_t stream,
+                                cci_free_mode mode, int owner)
 {
     struct free_args f = {stream, mode};
-    int rc = ask_owner(p, ask_free, &f);
-    if (__builtin_expect(rc == CCI_EINVAL, 0))
-        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): not the start of a live block (double free, "
-                "or a pointer inside a block); returning %s, the allocator is unchanged", fn, p,
-                invalid_value_name(level));
-    return rc;
+    int rc = ask_owner_named(owner, p, ask_free, &f);
+    return __builtin_expect(rc == CCI_EINVAL, 0) ? cci__serve_release_invalid(level, fn, p) : rc;
 }
 
 struct info_args {

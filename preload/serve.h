@@ -13,8 +13,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "addr_map.h"
 #include "allocator.h"
+#include "callsites.h"
+#include "levels.h"
+#include "settings.h"
+#include "state.h"
+#include "stream_registry.h"
 #include "streams.h"
+
+// The fast paths below are inline (issue 15): every served cudaMalloc/cudaFree runs them, and a
+// call frame per layer (hook, level, serving layer, core) had cost as much as their work. Only
+// the rare outcomes (out of memory, a bad pointer, an owner the address map cannot name) are
+// out of line, in serve.c.
 
 // ---- allocation ----------------------------------------------------------------------------
 
@@ -31,14 +42,53 @@ static inline int cci_serve_plain_alloc_passes(void)
 /// CCI_EOOM (the out-of-memory report written, the cache already flushed): the level answers
 /// its out-of-memory error; CCI_ENOTOURS: the level passes the call to CUDA (no allocator for
 /// this device, or a device failure other than out-of-memory, which CUDA reports in its code).
-int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr);
+static inline int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr);
+
+/// The device this thread allocated on last (serve.c).
+extern _Thread_local int cci__serve_last_device __attribute__((tls_model("initial-exec")));
+/// cci_serve_alloc after the allocator answered `rc` (not CCI_OK): the level's answer.
+int cci__serve_alloc_failed(int level, int device, size_t size, int rc);
+
+static inline int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
+{
+    // Before the allocator is asked (no lock held): a second thread or device switches the
+    // stream rule, synchronising the devices first (stream_registry.h).
+    cci_rule_note_thread();
+    cci_rule_note_device(device);
+    cci_allocator *a = cci_state_allocator(device);
+    if (!a)
+        return CCI_ENOTOURS;
+    int rc = cci_malloc(a, size, stream, addr);
+    if (__builtin_expect(rc != CCI_OK, 0))
+        return cci__serve_alloc_failed(level, device, size, rc);
+    cci__serve_last_device = device;
+    cci_callsites_on_alloc(device, *addr, size);
+    cci_pl_count(level);
+    return CCI_OK;
+}
 
 // ---- release -------------------------------------------------------------------------------
 
 /// The mode of a free that waits for the device in CUDA (cudaFree, cuMemFree), by the stream rule
 /// (stream_registry.h): NOW while the program's work can only be ordered (or under
 /// immediate_reuse:True), FENCED after the switch, DEFERRED while a capture may be underway.
-cci_free_mode cci_serve_sync_free_mode(void);
+static inline cci_free_mode cci_serve_sync_free_mode(void)
+{
+    // A real cudaFree waits for the device, so work still queued anywhere may use the block. The
+    // stream rule (stream_registry.h) says when that work can only be ordered before the next
+    // owner's: then the block is reusable at once; otherwise it waits for a fence on every stream
+    // that may use it. During a capture nothing may be recorded: the block waits for a later
+    // synchronisation, as before. immediate_reuse:True: always at once (unsafe, documented).
+    cci_rule_note_thread();
+    if (__builtin_expect(cci_capture_maybe_active(), 0))
+        return CCI_FREE_DEFERRED;
+    if (cci_rule_ordered() || cci_state_config()->immediate_reuse)
+        return CCI_FREE_NOW;
+    // Test-only (CCI_DEBUG_UNSAFE=no-fences): the fence is skipped, the layer is unsafe.
+    if (__builtin_expect(cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_FENCES, 0))
+        return CCI_FREE_NOW;
+    return CCI_FREE_FENCED;
+}
 
 /// The mode of a stream-ordered free (cudaFreeAsync, cuMemFreeAsync). Freed inside a capture,
 /// the block must not return to the stream's pool before the graph exists: it waits for a
@@ -53,8 +103,26 @@ static inline cci_free_mode cci_serve_stream_free_mode(int stream_capturing)
 /// this thread allocated from last first. CCI_OK; CCI_ENOTOURS: CUDA's memory, the level forwards the call; CCI_EINVAL: inside
 /// our memory but not a live block's start (double free, interior pointer), after one warning
 /// naming `fn`: the level answers its invalid-value error and the allocator is unchanged.
-int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
-                      cci_free_mode mode);
+static inline int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
+                                    cci_free_mode mode);
+
+/// cci_serve_release where the address map named no single owner (`owner`, CCI_ADDR_*).
+int cci__serve_release_unmapped(int level, const char *fn, uintptr_t p, uint64_t stream,
+                                cci_free_mode mode, int owner);
+/// The warning for a pointer in our memory that is no live block's start; CCI_EINVAL.
+int cci__serve_release_invalid(int level, const char *fn, uintptr_t p);
+
+static inline int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
+                                    cci_free_mode mode)
+{
+    // The owner named by the address map, without a lock: its "not ours" is final.
+    int owner = cci_addr_map_device(p);
+    if (__builtin_expect(owner < 0, 0))
+        return cci__serve_release_unmapped(level, fn, p, stream, mode, owner);
+    cci_allocator *a = cci_state_allocator_peek(owner);
+    int rc = a ? cci_free(a, p, stream, mode) : CCI_ENOTOURS;
+    return __builtin_expect(rc == CCI_EINVAL, 0) ? cci__serve_release_invalid(level, fn, p) : rc;
+}
 
 // ---- peer access -----------------------------------------------------------------------------
 
