@@ -123,13 +123,15 @@ def seconds_by_round(rounds):
 
 def time_table_row(what, label, fig):
     spread_text = "-" if fig["min"] is None else f"{fig['min']:.3f}-{fig['max']:.3f}"
+    iv = fig.get("x_interval")
+    iv_text = "-" if iv is None else f"{iv[0]:.3f}-{iv[1]:.3f}"
     return (f"{what:<10}{label:<22}{fig['runs']:>5}{f(fig['median'], '.3f'):>10}{spread_text:>15}"
             f"{f(None if fig['spread'] is None else fig['spread'] * 100, '.1f', ' %'):>9}"
-            f"{f(fig['x_medians'], '.3f'):>10}{f(fig['x_paired'], '.3f'):>9}  {fig['verdict']}")
+            f"{f(fig['x_medians'], '.3f'):>10}{f(fig['x_paired'], '.3f'):>9}{iv_text:>14}  {fig['verdict']}")
 
 
 TIME_HEADER = (f"{'':<10}{'configuration':<22}{'runs':>5}{'median s':>10}{'min-max s':>15}{'spread':>9}"
-               f"{'x native':>10}{'paired':>9}  verdict (target: within {TIME_TARGET * 100:.0f} % of native)")
+               f"{'x native':>10}{'paired':>9}{'95 % interval':>14}  verdict (target: within {TIME_TARGET * 100:.0f} % of native)")
 
 
 def check(out):
@@ -199,7 +201,8 @@ def check(out):
     if times:
         print()
         print(f"Wall time over {nrounds} round(s), every configuration once per round, the order rotated "
-              f"each round; spread = (max - min) / median; paired = median of ours_r / native_r")
+              f"each round; spread = (max - min) / median; paired = median of ours_r / native_r; "
+              f"95 % interval: bootstrap of the ratio of medians over the processes (repeat_stats.py)")
         print(TIME_HEADER)
         for w, label, fig, judged in times:
             if not judged:

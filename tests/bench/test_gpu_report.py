@@ -4,7 +4,7 @@
 
   test_gpu_report.py
 
-Covers repeat_stats.py (round order, median, spread, paired ratio, every verdict), gpu_report.py
+Covers repeat_stats.py (round order, median, spread, paired ratio, the bootstrap interval, every verdict), gpu_report.py
 check and ddp on logs written here as the scripts would leave them (medians and maxima over the
 rounds, a result_sum differing in one round -> exit 1, NVML figures absent -> "n/a", the callers
 at our reserved peak from a CCI_STACKS report), and nvml_peak.py's sampler and process choice
@@ -64,12 +64,28 @@ check(slow["verdict"] == "NOT met", f"10 % slower on quiet native: {slow['verdic
 noisy = rs.time_figures({1: 10.0, 2: 10.0, 3: 10.0}, {1: 9.0, 2: 10.0, 3: 11.0})
 check(noisy["verdict"].startswith("not resolvable at this noise") and "20.0 %" in noisy["verdict"],
       f"native spread 20 % -> not resolvable: {noisy['verdict']}")
+# The interval of median(ours) / median(native): resampled medians of 3 runs are runs, so it spans
+# 10 / 11 to 10 / 9 here.
+check(near(noisy["x_interval"][0], 10 / 11) and near(noisy["x_interval"][1], 10 / 9), f"interval: {noisy['x_interval']}")
+check(rs.ratio_interval([1.0, 2.0, 3.0], [1.0, 1.5]) == rs.ratio_interval([1.0, 2.0, 3.0], [1.0, 1.5]),
+      "the interval is seeded: the same logs give the same interval")
+# Noise that more rounds average out: 12 runs a side, 4 % spread each, ours 1 % slower -> met, where
+# 3 runs of the same noise could not tell.
+base = [10.0, 10.4, 10.1, 10.3, 10.2, 10.05, 10.35, 10.15, 10.25, 10.0, 10.4, 10.2]
+many = rs.time_figures({i: v * 1.01 for i, v in enumerate(base)}, {i: v for i, v in enumerate(reversed(base))})
+check(many["verdict"] == "met", f"12 runs, 4 % noise, 1 % slower: {many['verdict']} {many['x_interval']}")
+few = rs.time_figures({i: base[i] * 1.01 for i in range(3)}, {i: base[11 - i] for i in range(3)})
+check(few["verdict"].startswith("not resolvable at this noise"), f"3 runs of the same noise: {few['verdict']}")
+slow_many = rs.time_figures({i: v * 1.10 for i, v in enumerate(base)}, {i: v for i, v in enumerate(base)})
+check(slow_many["verdict"] == "NOT met", f"12 runs, 10 % slower: {slow_many['verdict']}")
+two = rs.time_figures({1: 10.0, 2: 10.0}, {1: 10.0, 2: 10.1})
+check(two["verdict"].startswith("not resolvable: 2 runs"), f"two runs: {two['verdict']}")
 single = rs.time_figures({1: 10.0}, {1: 10.0})
 check(single["verdict"].startswith("not resolvable: one native run"), f"one native run: {single['verdict']}")
-# Ratio of medians 10.35 / 10.2 = 1.015, paired median 1.034 (pairs 1.035, 0.990, 1.034): they
-# straddle the target, with native's own spread (2.9 %) under it.
+# Ratio of medians 10.35 / 10.2 = 1.015, but the interval runs from 10.1 / 10.3 to 10.65 / 10.0:
+# native's own spread (2.9 %) under the target does not make 3 runs enough.
 straddle = rs.time_figures({1: 10.35, 2: 10.1, 3: 10.65}, {1: 10.0, 2: 10.2, 3: 10.3})
-check(straddle["verdict"].startswith("undecided"), f"straddling ratios: {straddle['verdict']}")
+check(straddle["verdict"].startswith("not resolvable at this noise"), f"straddling interval: {straddle['verdict']}")
 check(rs.time_figures({}, {1: 1.0})["verdict"] == "no runs", "no runs of ours")
 
 # ---- nvml_peak: process choice, sampler, absent library ----------------------------------------
