@@ -53,6 +53,16 @@ static void calls_text(cci_sb *b, const cci_vmm_counts *c)
                    (unsigned long long)c->pool_hits, plural(c->pool_hits), (unsigned long long)c->reclaims,
                    plural(c->reclaims), (unsigned long long)c->syncs, c->syncs == 1 ? "" : "s",
                    cci_vmm_estimated_us(c) / 1000.0);
+    // Compact mode moves pages without a device sync: the old addresses stay mapped until a fence
+    // says no queued work can touch them. Shown so that mapped memory above reserved is explained.
+    if (c->deferred_unmaps || c->stream_waits || c->retiring_bytes) {
+        char h[16];
+        cci__sb_printf(b, "  %-17s %llu reclaim%s moved pages at once and unmapped the old addresses after a "
+                       "fence, %llu fence wait%s for another stream's pages; %s of old mappings still waiting "
+                       "(mapped, not in reserved)\n", "VMM retirements", (unsigned long long)c->deferred_unmaps,
+                       plural(c->deferred_unmaps), (unsigned long long)c->stream_waits, plural(c->stream_waits),
+                       cci__human((int64_t)c->retiring_bytes, h, sizeof h));
+    }
 }
 
 static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
@@ -117,14 +127,17 @@ void cci__vmm_json(cci_sb *b, const cci_report_device *d)
         cci__sb_printf(b, ", \"calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, "
                        "\"unmaps\": %llu, \"unmapped_pages\": %llu, \"page_releases\": %llu, \"pool_hits\": %llu, "
                        "\"va_reserves\": %llu, \"va_frees\": %llu, \"reclaims\": %llu, \"syncs\": %llu, "
-                       "\"pool_pages\": %llu, \"pool_bytes_peak\": %llu, \"estimated_api_us\": %.1f}",
+                       "\"pool_pages\": %llu, \"pool_bytes_peak\": %llu, \"deferred_unmaps\": %llu, "
+                       "\"stream_waits\": %llu, \"retiring_bytes\": %llu, \"estimated_api_us\": %.1f}",
                        (unsigned long long)c->page_creates, (unsigned long long)c->maps,
                        (unsigned long long)c->set_access, (unsigned long long)c->unmaps,
                        (unsigned long long)c->unmapped_pages, (unsigned long long)c->page_releases,
                        (unsigned long long)c->pool_hits, (unsigned long long)c->va_reserves,
                        (unsigned long long)c->va_frees, (unsigned long long)c->reclaims,
                        (unsigned long long)c->syncs, (unsigned long long)c->pool_pages,
-                       (unsigned long long)c->pool_bytes_peak, cci_vmm_estimated_us(c));
+                       (unsigned long long)c->pool_bytes_peak, (unsigned long long)c->deferred_unmaps,
+                       (unsigned long long)c->stream_waits, (unsigned long long)c->retiring_bytes,
+                       cci_vmm_estimated_us(c));
     else
         cci__sb_puts(b, ", \"calls\": null");
     cci__sb_puts(b, "},\n    ");
@@ -168,9 +181,11 @@ void cci__vmm_html(cci_sb *b, const cci_report_device *d)
         cci__sb_printf(b, "<p class=\"proc\" id=\"vmm-calls-%d\">VMM calls: %llu page creates, %llu maps, %llu "
                        "set-access, %llu unmaps (%llu pages), %llu releases; %llu pages mapped again from the "
                        "allocator's pool; about <span class=\"vmm-api-ms\">%.1f</span> ms of driver time (H100 costs "
-                       "per call).</p>\n",
+                       "per call); %llu reclaims unmapped the old addresses after a fence, %llu fence waits for "
+                       "another stream's pages.</p>\n",
                        d->device, (unsigned long long)c->page_creates, (unsigned long long)c->maps,
                        (unsigned long long)c->set_access, (unsigned long long)c->unmaps,
                        (unsigned long long)c->unmapped_pages, (unsigned long long)c->page_releases,
-                       (unsigned long long)c->pool_hits, cci_vmm_estimated_us(c) / 1000.0);
+                       (unsigned long long)c->pool_hits, cci_vmm_estimated_us(c) / 1000.0,
+                       (unsigned long long)c->deferred_unmaps, (unsigned long long)c->stream_waits);
 }

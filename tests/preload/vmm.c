@@ -204,6 +204,12 @@ static void pool_report(void)
     CHECK(tp == pooled, "text: \"page pool now %lld pages pooled\"", tp);
     CHECK(hp == pooled, "HTML: page pool now %lld pages", hp);
     CHECK(report_figure(json, "\"unmapped_holes\": ") >= 0, "JSON: the holes figure sits beside it");
+    // The growth moved free pages of its own stream at once (no device sync): the report says so,
+    // in the same figure in JSON and text.
+    long long jd = report_figure(json, "\"deferred_unmaps\": "), js = report_figure(json, "\"syncs\": ");
+    long long td = report_figure(text, "VMM retirements  ");
+    CHECK(jd >= 1 && js == 0, "JSON: %lld reclaim(s) unmapped the old addresses after a fence, %lld syncs", jd, js);
+    CHECK(td == jd, "text: \"VMM retirements %lld reclaims moved pages at once\" (JSON %lld)", td, jd);
     unlink(json);
     unlink(text);
     unlink(html);
