@@ -59,9 +59,17 @@ static int enter(int device, driver_scope *sc)
         sc->saved = CU_STREAM_CAPTURE_MODE_RELAXED;
         sc->relaxed = cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved) == CUDA_SUCCESS;
     }
-    if (cci_real_drv()->cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
+    // Already current (the usual case: a thread of the program works in the device's primary
+    // context, which cudart makes current): push and pop would leave exactly this state, so they
+    // are skipped, one real call instead of two. Nothing between enter and leave changes the
+    // thread's context (our own calls are event, stream and memory calls, and nested scopes
+    // restore what they found), so leave has nothing to undo.
+    CUcontext cur = NULL;
+    const cci_real_driver *drv = cci_real_drv();
+    sc->pushed = !(drv->cuCtxGetCurrent && drv->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == c);
+    if (sc->pushed && drv->cuCtxPushCurrent_v2(c) != CUDA_SUCCESS) {
         if (sc->relaxed)
-            cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved);
+            drv->cuThreadExchangeStreamCaptureMode(&sc->saved);
         return -1;
     }
     return 0;
@@ -70,7 +78,8 @@ static int enter(int device, driver_scope *sc)
 static void leave(driver_scope *sc)
 {
     CUcontext popped;
-    cci_real_drv()->cuCtxPopCurrent_v2(&popped);
+    if (sc->pushed)
+        cci_real_drv()->cuCtxPopCurrent_v2(&popped);
     if (sc->relaxed)
         cci_real_drv()->cuThreadExchangeStreamCaptureMode(&sc->saved);
 }

@@ -36,6 +36,7 @@ void cci_cuda_backend_atfork_child(void);
 /// context pushed, and the thread's capture mode relaxed while a capture may be underway.
 typedef struct cci_driver_scope {
     int relaxed;               // we switched this thread's capture mode
+    int pushed;                // we pushed the primary context (it was not current already)
     CUstreamCaptureMode saved;
 } cci_driver_scope;
 /// 0 with the context pushed (then call cci_cuda_leave), or -1 when there is no context.

@@ -33,9 +33,14 @@
 typedef struct chunk {
     struct chunk *next;
     uint64_t order;
-    size_t n;
-    uint64_t rec[][4];  // w0 and w1 as above (w0's slot byte unused), the stream, the stamp
+    size_t n;           // records
+    size_t paired;      // records that stand for two events (PAIRED)
+    uint64_t rec[][4];  // w0 and w1 as above (w0's slot byte: PAIRED or 0), the stream, the stamp
 } chunk;
+// In a chunk record's w0: a free_requested (mode NOW) whose free_completed followed it in the
+// batch, same block, stream, size and stamp (the fast path logs a free reusable at once as both):
+// one record for the two, expanded again when the history becomes a trace (merge_chunks).
+#define PAIRED ((uint64_t)1 << 56)
 
 // Where the order of the locked sections' records changes: records [start, next mark's start)
 // have this order (cci_event.order).
@@ -139,28 +144,52 @@ static void observe_batch(void *ud, const cci_event *ev, size_t n)
     size_t k = 0;
     // The first `take` events (the room there is): a batch holds block events only (the fast
     // paths' kinds, cci_batch_fn), so one bound per event is enough; an event of another kind
-    // would be skipped, and counted as dropped below with the rest.
-    size_t end = c ? take : 0;
-    for (size_t i = 0; i < end; i++) {
-        uint64_t w1;
-        if (!record_w1(&ev[i], &w1))
-            continue;
-        c->rec[k][0] = record_w0(&ev[i], 0);
-        c->rec[k][1] = w1;
-        c->rec[k][2] = ev[i].stream;
-        c->rec[k][3] = ev[i].stamp;
-        k++;
+    // would be skipped, and counted as dropped below with the rest. The fast paths' three kinds
+    // are spelled out ahead of record_w1's switch, a free's completion joins its request's record
+    // (PAIRED), and one pointer walks the records: this loop runs for every served allocation
+    // and free (three events a pair, issue 15), and had cost ~26 instructions an event with the
+    // switch and the indexed stores.
+    size_t paired = 0;
+    if (c) {
+        uint64_t(*r)[4] = c->rec;
+        for (const cci_event *e = ev, *end = ev + take; e < end; e++) {
+            const cci_event *x = e;
+            uint64_t w1, flag = 0;
+            if (x->kind == CCI_EV_ALLOC) {
+                w1 = x->requested;
+            } else if (x->kind == CCI_EV_FREE_REQUESTED) {
+                w1 = x->size | (uint64_t)(x->requested & 0xFF) << MODE_SHIFT;
+                // Stream, size and stamp need no comparing: the fast path writes the two events
+                // together from one block and one stamp (tcache.c, log_free_now), and a batch
+                // holds the fast paths' events only.
+                if (e + 1 < end && e[1].kind == CCI_EV_FREE_COMPLETED && e[1].addr == x->addr) {
+                    flag = PAIRED;
+                    e++;
+                    paired++;
+                }
+            } else if (!record_w1(x, &w1)) {
+                continue;
+            }
+            (*r)[0] = record_w0(x, 0) | flag;
+            (*r)[1] = w1;
+            (*r)[2] = x->stream;
+            (*r)[3] = x->stamp;
+            r++;
+        }
+        k = (size_t)(r - c->rec);
     }
-    if (n - k)  // past the cap, or no host memory for the chunk
-        atomic_fetch_add_explicit(&h->batch_dropped, n - k, memory_order_relaxed);
-    if (n > k)
-        atomic_fetch_sub_explicit(&h->batched, n - k, memory_order_relaxed);
+    size_t kept = k + paired;  // events
+    if (n - kept)  // past the cap, or no host memory for the chunk
+        atomic_fetch_add_explicit(&h->batch_dropped, n - kept, memory_order_relaxed);
+    if (n > kept)
+        atomic_fetch_sub_explicit(&h->batched, n - kept, memory_order_relaxed);
     if (!k) {
         free(c);
         return;
     }
     c->order = ev[0].order;
     c->n = k;
+    c->paired = paired;
     pthread_mutex_lock(&h->chunk_lock);
     c->next = h->chunks;
     h->chunks = c;
@@ -285,6 +314,9 @@ static void merge_chunks(cci_trace *t, int device, order_run *r, size_t k, size_
         order_run *top = &r[heap[0]];
         const uint64_t *rec = top->c->rec[top->pos++];
         emit(t, device, rec[0], rec[1], rec[2]);
+        if (rec[0] & PAIRED)  // the free's completion, as the fast path logged it
+            emit(t, device, (rec[0] & ADDR_MASK) | (uint64_t)CCI_EV_FREE_COMPLETED << ADDR_BITS, rec[1] & SIZE_MASK,
+                 rec[2]);
         if (top->pos == top->c->n)
             heap[0] = heap[--m];
         for (size_t j = 0;;) {  // sift down
@@ -316,7 +348,7 @@ static int to_trace(cci_history *h, cci_allocator *a, cci_trace *t, struct exten
     size_t nchunks = 0, total = e->n;
     for (const chunk *c = e->chunks; c; c = c->next) {
         nchunks++;
-        total += c->n;
+        total += c->n + c->paired;
     }
     size_t nruns = nchunks + e->nmarks + 1;
     order_run *r = e->no_memory ? NULL : malloc(nruns * sizeof *r);

@@ -115,6 +115,17 @@ int cci__serve_release_invalid(int level, const char *fn, uintptr_t p);
 static inline int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
                                     cci_free_mode mode)
 {
+    // One allocator in the process (one device, the usual case): it is the only one that can
+    // own p, and its own answer is final (CCI_ENOTOURS for memory in none of its segments, as when
+    // the address map cannot name an owner and every allocator is asked), so the map lookup is
+    // left out. What that costs: a pointer that is CUDA's own (rare: allocations made during a
+    // capture, memory of another allocator) reaches that allocator's locked path instead of
+    // being turned away by the map.
+    cci_allocator *sole = cci_state_sole_allocator();
+    if (__builtin_expect(sole != NULL, 1)) {
+        int rc = cci_free(sole, p, stream, mode);
+        return __builtin_expect(rc == CCI_EINVAL, 0) ? cci__serve_release_invalid(level, fn, p) : rc;
+    }
     // The owner named by the address map, without a lock: its "not ours" is final.
     int owner = cci_addr_map_device(p);
     if (__builtin_expect(owner < 0, 0))

@@ -18,6 +18,8 @@
 _Atomic int cci__mode;
 cci_config cci__cfg;
 _Atomic(cci_allocator *) cci__alloc[CCI_PL_MAX_DEVICES];
+_Atomic(cci_allocator *) cci__sole_alloc;
+static int allocators;  // created since start (or fork); the create lock
 
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int device_bound;
@@ -90,6 +92,8 @@ void cci__state_atfork_child(void)
     }
     atomic_store(&device_bound, 0);
     atomic_store(&used, 0);
+    atomic_store(&cci__sole_alloc, NULL);
+    allocators = 0;
 }
 
 // ---- allocators ---------------------------------------------------------------------------
@@ -119,6 +123,10 @@ cci_allocator *cci__state_allocator_create(int device)
             if (device >= atomic_load(&device_bound))
                 atomic_store(&device_bound, device + 1);
             atomic_store(&used, 1);
+            // Before the allocator is published: a free of one of its blocks happens after its
+            // allocation, hence after this store, and so never takes the other one for the
+            // sole owner (release here, acquire in cci_state_sole_allocator).
+            atomic_store_explicit(&cci__sole_alloc, ++allocators == 1 ? a : NULL, memory_order_release);
             atomic_store_explicit(&cci__alloc[device], a, memory_order_release);
         } else {
             cci_log(CCI_LOG_WARNING, "device %d: no host memory for an allocator; passing through",

@@ -66,6 +66,14 @@ static inline cci_allocator *cci_state_allocator(int device)
     return __builtin_expect(a != NULL, 1) ? a : cci__state_allocator_create(device);
 }
 
+/// While the process has exactly one allocator: that one; NULL before the first and from the
+/// second on (until a fork child starts over). See cci_serve_release for why a free asks it.
+extern _Atomic(cci_allocator *) cci__sole_alloc;
+static inline cci_allocator *cci_state_sole_allocator(void)
+{
+    return atomic_load_explicit(&cci__sole_alloc, memory_order_acquire);
+}
+
 /// The allocator of `device` if it exists; never creates one.
 static inline cci_allocator *cci_state_allocator_peek(int device)
 {

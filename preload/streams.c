@@ -16,22 +16,13 @@ _Atomic int cci__captures;
 // no real stream handle (a user-space pointer, < 2^48 on every 64-bit target) can take.
 #define PER_THREAD_KEY_BASE 0xffff000000000000ull
 static _Atomic uint64_t next_thread_key;
-static _Thread_local uint64_t thread_key __attribute__((tls_model("initial-exec")));  // see serve.c
+_Thread_local uint64_t cci__thread_key __attribute__((tls_model("initial-exec")));  // see serve.c
 
-static uint64_t per_thread_key(void)
+uint64_t cci__stream_key_per_thread(void)
 {
-    if (__builtin_expect(thread_key == 0, 0))
-        thread_key = PER_THREAD_KEY_BASE + atomic_fetch_add(&next_thread_key, 1);
-    return thread_key;
-}
-
-uint64_t cci_stream_key(cudaStream_t s, int ptsz)
-{
-    if (s == cci_cudaStreamLegacy || (s == NULL && !ptsz))
-        return CCI_KEY_LEGACY;
-    if (s == NULL || s == cci_cudaStreamPerThread)
-        return per_thread_key();
-    return (uint64_t)(uintptr_t)s;
+    if (cci__thread_key == 0)
+        cci__thread_key = PER_THREAD_KEY_BASE + atomic_fetch_add(&next_thread_key, 1);
+    return cci__thread_key;
 }
 
 // ---- stream devices -------------------------------------------------------------------------
@@ -48,18 +39,28 @@ static _Thread_local struct {
 } known[STREAM_DEVICES] __attribute__((tls_model("initial-exec")));
 static _Thread_local unsigned known_next __attribute__((tls_model("initial-exec")));
 
+static _Thread_local unsigned known_last __attribute__((tls_model("initial-exec")));  // last hit
+
 int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
 {
     uint64_t gen = atomic_load_explicit(&stream_generation, memory_order_acquire) + 1;  // 0: empty
-    for (int i = 0; i < STREAM_DEVICES; i++) {
+    // A thread usually allocates on the stream it used last: that entry first, then the rest.
+    unsigned last = known_last;
+    if (__builtin_expect(known[last].s == s && known[last].generation == gen, 1)) {
+        *device = known[last].device;
+        return 0;
+    }
+    for (unsigned i = 0; i < STREAM_DEVICES; i++) {
         if (known[i].s == s && known[i].generation == gen) {
             *device = known[i].device;
+            known_last = i;
             return 0;
         }
     }
     if (ask(s, device) != 0)
         return -1;
     unsigned i = known_next++ % STREAM_DEVICES;
+    known_last = i;
     known[i].s = s;
     known[i].device = *device;
     known[i].generation = gen;

@@ -13,7 +13,18 @@
 
 /// The core's key for `s`. `ptsz` says which default stream 0 means: the legacy one for the plain
 /// entry points, the calling thread's own for the _ptsz ones (each thread gets a key of its own).
-uint64_t cci_stream_key(cudaStream_t s, int ptsz);
+/// Inline: every stream-ordered call asks it (issue 15).
+extern _Thread_local uint64_t cci__thread_key __attribute__((tls_model("initial-exec")));
+uint64_t cci__stream_key_per_thread(void);
+static inline uint64_t cci_stream_key(cudaStream_t s, int ptsz)
+{
+    if (s == cci_cudaStreamLegacy || (s == NULL && !ptsz))
+        return CCI_KEY_LEGACY;
+    if (__builtin_expect(s != NULL && s != cci_cudaStreamPerThread, 1))
+        return (uint64_t)(uintptr_t)s;
+    uint64_t k = cci__thread_key;
+    return __builtin_expect(k != 0, 1) ? k : cci__stream_key_per_thread();
+}
 
 /// Captures begun through the runtime and not ended yet, in any thread.
 extern _Atomic int cci__captures;

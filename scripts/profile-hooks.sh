@@ -61,6 +61,8 @@ scenario async "cudaMallocAsync+cudaFreeAsync 64 KiB, one non-blocking stream (a
     --api async
 scenario big "cudaMalloc+cudaFree 20 MiB, default mode, no streams" -- --api malloc --no-streams --size 20971520
 scenario driver "cuMemAlloc_v2+cuMemFree_v2 64 KiB, default mode, no streams" -- --api driver --no-streams
+scenario driver-async "cuMemAllocAsync+cuMemFreeAsync 64 KiB, one non-blocking stream (a sync every 256 pairs)" -- \
+    --api driver-async
 CORE=1 scenario core-now "the core alone: cci_malloc+cci_free(NOW) 64 KiB, simulated device" -- --api core-now
 CORE=1 scenario core-fenced "the core alone: cci_malloc+cci_free(FENCED) 64 KiB, simulated device" -- \
     --api core-fenced

@@ -2,7 +2,7 @@
 // Thread scaling of cached alloc+free pairs: every thread allocates and frees one size in a loop
 // for a fixed wall-clock budget, each on its own non-blocking stream, all on device 0.
 //
-//   bench_threads --api malloc|async|driver [--threads 1,2,4,8,16] [--budget-ms N]
+//   bench_threads --api malloc|async|driver|driver-async [--threads 1,2,4,8,16] [--budget-ms N]
 //                 [--pairs N] [--size BYTES] [--no-streams] [--label TEXT]
 //   bench_threads --api core-fenced|core-now ...      (the build with -DBENCH_THREADS_CORE)
 //
@@ -15,6 +15,8 @@
 //   driver   cuMemAlloc_v2 + cuMemFree_v2, looked up with dlsym so that the program needs neither
 //            the driver's header nor -lcuda (a preload's definitions come first in that lookup,
 //            as they do for a program linked with -lcuda)
+//   driver-async  cuMemAllocAsync + cuMemFreeAsync on the thread's own stream, looked up the same
+//            way: what a static cudart's cudaMallocAsync reaches
 //   core-fenced  cci_malloc/cci_free(CCI_FREE_FENCED), every thread on one stream key: what the
 //            hooks' default-mode cudaFree does once the program has non-blocking streams
 //   core-now cci_malloc/cci_free(CCI_FREE_NOW), each thread on its own stream key: same-stream
@@ -47,8 +49,8 @@
 // async thread synchronises its stream once per this many pairs, in every build alike.
 #define ASYNC_SYNC_EVERY 256
 
-enum api { API_MALLOC, API_ASYNC, API_DRIVER, API_CORE_FENCED, API_CORE_NOW };
-static const char *const api_names[] = {"malloc", "async", "driver", "core-fenced", "core-now"};
+enum api { API_MALLOC, API_ASYNC, API_DRIVER, API_DRIVER_ASYNC, API_CORE_FENCED, API_CORE_NOW };
+static const char *const api_names[] = {"malloc", "async", "driver", "driver-async", "core-fenced", "core-now"};
 
 static enum api api = API_MALLOC;
 static size_t pair_size = 64 * BU_KiB;
@@ -138,8 +140,12 @@ typedef int (*drv_alloc_fn)(unsigned long long *dptr, size_t bytes);
 typedef int (*drv_free_fn)(unsigned long long dptr);
 typedef int (*drv_ctx_fn)(void **ctx);
 typedef int (*drv_set_ctx_fn)(void *ctx);
+typedef int (*drv_alloc_async_fn)(unsigned long long *dptr, size_t bytes, void *stream);
+typedef int (*drv_free_async_fn)(unsigned long long dptr, void *stream);
 static drv_alloc_fn drv_alloc;
 static drv_free_fn drv_free;
+static drv_alloc_async_fn drv_alloc_async;
+static drv_free_async_fn drv_free_async;
 static drv_set_ctx_fn drv_set_ctx;
 static void *main_ctx;  // the runtime's primary context, made current in every driver thread
 
@@ -159,7 +165,7 @@ static int global_setup(void)
         return 1;
     }
 #ifndef FAKE_CUDA_RUNTIME_H
-    if (api == API_ASYNC) {  // as bench_alloc: the pool keeps its memory between pairs
+    if (api == API_ASYNC || api == API_DRIVER_ASYNC) {  // as bench_alloc: the pool keeps its memory
         int dev = 0;
         cudaMemPool_t pool;
         uint64_t threshold = UINT64_MAX;
@@ -170,7 +176,7 @@ static int global_setup(void)
         }
     }
 #endif
-    if (api != API_DRIVER)
+    if (api != API_DRIVER && api != API_DRIVER_ASYNC)
         return 0;
     // The runtime has loaded libcuda; make its symbols reachable from RTLD_DEFAULT.
     if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) &&
@@ -183,7 +189,9 @@ static int global_setup(void)
     *(void **)&drv_free = driver_symbol("cuMemFree_v2");
     *(void **)&drv_set_ctx = driver_symbol("cuCtxSetCurrent");
     *(void **)&get_ctx = driver_symbol("cuCtxGetCurrent");
-    if (!drv_alloc || !drv_free || !drv_set_ctx || !get_ctx)
+    *(void **)&drv_alloc_async = driver_symbol("cuMemAllocAsync");
+    *(void **)&drv_free_async = driver_symbol("cuMemFreeAsync");
+    if (!drv_alloc || !drv_free || !drv_set_ctx || !get_ctx || !drv_alloc_async || !drv_free_async)
         return 1;
     if (get_ctx(&main_ctx) != 0 || !main_ctx) {
         fprintf(stderr, "bench_threads: no current context after cudaFree(0)\n");
@@ -198,7 +206,7 @@ static void global_teardown(void)
 
 static int thread_setup(worker *w)
 {
-    if (api == API_DRIVER && drv_set_ctx(main_ctx) != 0) {
+    if ((api == API_DRIVER || api == API_DRIVER_ASYNC) && drv_set_ctx(main_ctx) != 0) {
         w->what = "cuCtxSetCurrent";
         return 1;
     }
@@ -226,6 +234,16 @@ static int do_pair(worker *w, long i)
         if (rc == 0)
             rc = drv_free(p);
         w->what = rc ? "cuMemAlloc_v2/cuMemFree_v2" : NULL;
+        return rc;
+    }
+    if (api == API_DRIVER_ASYNC) {
+        unsigned long long p;
+        int rc = drv_alloc_async(&p, pair_size, (void *)w->stream);
+        if (rc == 0)
+            rc = drv_free_async(p, (void *)w->stream);
+        if (rc == 0 && i % ASYNC_SYNC_EVERY == ASYNC_SYNC_EVERY - 1)
+            rc = (int)cudaStreamSynchronize(w->stream);
+        w->what = rc ? "cuMemAllocAsync/cuMemFreeAsync" : NULL;
         return rc;
     }
     void *p;
@@ -345,7 +363,7 @@ static int parse_threads(const char *s, int *out, int max)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: bench_threads --api malloc|async|driver|core-fenced|core-now [--threads LIST]\n"
+    fprintf(stderr, "usage: bench_threads --api malloc|async|driver|driver-async|core-fenced|core-now [--threads LIST]\n"
                     "       [--budget-ms N] [--pairs N] [--size BYTES] [--no-streams] [--thread-cache 0|1]\n"
                     "       [--label TEXT]\n");
     return 2;

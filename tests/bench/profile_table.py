@@ -38,6 +38,9 @@ CATEGORIES = [
 ]
 
 
+FAKE = re.compile(r"tests/fake/")
+
+
 def category(file, obj):
     for name, test in CATEGORIES:
         if test(file, obj):
@@ -50,8 +53,9 @@ def parse(path):
     A function is named 'name (file)' by the file callgrind gives for it (fl=)."""
     names = {"fl": {}, "fn": {}, "ob": {}}
     excl, incl, cat = defaultdict(int), defaultdict(int), defaultdict(int)
+    real = defaultdict(int)  # calls from our code (or the program) into the fake CUDA, by callee
     fl = fi = fn = ob = ""
-    cfn = None
+    cfn = cfl = None
     pending_call = False
     total = 0
 
@@ -84,11 +88,17 @@ def parse(path):
                 elif key == "cob":
                     name_of("ob", value)
                 elif key in ("cfl", "cfi"):
-                    name_of("fl", value)
+                    cfl = name_of("fl", value)
                 elif key == "cfn":
                     cfn = name_of("fn", value)
                 elif key == "calls":
                     pending_call = True
+                    # A call into the fake CUDA from outside it: one real CUDA call (on a GPU, an
+                    # entry into libcuda or libcudart, whatever its instruction count here).
+                    callee = cfl if cfl is not None else fl
+                    if FAKE.search(callee) and not FAKE.search(fl):
+                        real[cfn] += int(value.split()[0])
+                    cfl = None
                 continue
             if not (line[0].isdigit() or line[0] in "+-*"):
                 continue  # header lines (events:, positions:, totals:, ...)
@@ -100,11 +110,12 @@ def parse(path):
                     incl[fn] += cost
                 pending_call = False
                 continue
+            cfl = None
             excl[fn] += cost
             incl[fn] += cost
             cat[category(fi if fi.endswith("uthash.h") else fl, ob)] += cost
             total += cost
-    return excl, incl, cat, total
+    return excl, incl, cat, total, real
 
 
 def per_pair(long, short, pairs):
@@ -133,8 +144,8 @@ def main():
     n = args.pairs[1] - args.pairs[0]
     if n <= 0:
         ap.error("N2 must be larger than N1")
-    s_ex, s_in, s_cat, s_tot = parse(args.short)
-    l_ex, l_in, l_cat, l_tot = parse(args.long)
+    s_ex, s_in, s_cat, s_tot, s_real = parse(args.short)
+    l_ex, l_in, l_cat, l_tot, l_real = parse(args.long)
     total = (l_tot - s_tot) / n
     ex, inc, cat = per_pair(l_ex, s_ex, n), per_pair(l_in, s_in, n), per_pair(l_cat, s_cat, n)
     print(f"{args.title}: {total:.0f} instructions per pair")
@@ -143,6 +154,9 @@ def main():
         v = cat.get(name, 0)
         if abs(v) >= 0.5:
             print(f"  {name:<36}{v:>9.0f}{100 * v / total if total else 0:>7.1f}%")
+    real = {k: v for k, v in per_pair(l_real, s_real, n).items() if abs(v) >= 0.005}
+    calls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(real.items(), key=lambda kv: -kv[1]))
+    print(f"  real CUDA calls per pair: {sum(real.values()):.2f}" + (f" ({calls})" if calls else ""))
     print(f"  {'function (top by inclusive)':<58}{'incl':>8}{'excl':>8}")
     # The thread's own frames (start_thread, the benchmark loop) contain everything: left out.
     frames = re.compile(r"^(clone|start_thread|\(below main\)|0x[0-9a-f]+) |\(.*tests/bench/")

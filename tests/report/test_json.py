@@ -140,6 +140,12 @@ def check_whatif_schema(dev, expect_measured):
         check(cur["peak_reserved_bytes"] == dev["stats"]["reserved_bytes.all.peak"],
               f"device {d}: current replayed peak {cur['peak_reserved_bytes']} vs the run's")
         check(meta["events"] > 0 and meta["events_dropped"] == 0, f"device {d}: events {meta['events']}")
+        # Every block event of the run is in the history, the fast paths' batched ones included
+        # (a free reusable at once is kept as one record for its request and its completion, and
+        # must come back as both): allocations, free requests, completions, out-of-memory events.
+        s = dev["stats"]
+        made = s["allocation.all.allocated"] + s["allocation.all.freed"] + s["active.all.freed"] + s["num_ooms"]
+        check(meta["events"] == made, f"device {d}: {meta['events']} events in the history, the run made {made}")
         # Every replayed configuration but the current one is listed (the current one may repeat a
         # grid entry under another spelling, hence - 1 or not).
         check(len(wi) in (meta["configurations_replayed"] - 1, meta["configurations_replayed"]),
