@@ -493,14 +493,24 @@ static size_t free_mapped_bytes(const cci_allocator *a)
     return (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - a->st.active_bytes[CCI_POOL_ALL].current);
 }
 
-// Bytes a growth into the row that starts at `room` must map: the row's unmapped part, in pages
-// (its free blocks are mapped already). round_up(rounded) when a new segment is needed.
+// Bytes a growth into the row that starts at `room` must map: the row's unmapped parts, in pages,
+// as far as the growth reaches (its free blocks are mapped already; a row that earlier moves left
+// alternating free and unmapped, so counting all of it past the first free block would ask the
+// reclaim for more than the growth maps). round_up(rounded) when a new segment is needed.
 static size_t row_map_bytes(const cci_block *room, size_t rounded, size_t page)
 {
-    size_t have = 0;
-    for (const cci_block *x = room; x && have < rounded && x->state == BLOCK_FREE; x = x->next)
-        have += x->size;
-    return have >= rounded ? 0 : round_up(rounded - have, page);
+    size_t have = 0, map = 0;
+    for (const cci_block *x = room; x && have < rounded; x = x->next) {
+        size_t take = x->size;
+        if (x->state == BLOCK_UNMAPPED) {
+            take = round_up(rounded - have < x->size ? rounded - have : x->size, page);
+            map += take;
+        } else if (x->state != BLOCK_FREE) {
+            break;  // the row ends (find_room saw enough before this block)
+        }
+        have += take;
+    }
+    return have >= rounded ? map : map + round_up(rounded - have, page);
 }
 
 // Whether compact mode's reclaims circulate pages (see CHURN_MOVED_FACTOR): they have moved
