@@ -54,8 +54,9 @@
 // growth past the ceiling still reclaims, and only what passes it. 1/128 keeps a large pool inside
 // its 3 % (ceiling 1 + 1/64 + 1/128 = 1.023x the allocated peak; at 1/64 the encoder trace, made
 // to churn, reached 1.027x). The 48 MiB floor is, in replay, the least at which a small pool of
-// changing sizes stops moving pages: the seedfrag pattern (160 MiB allocated) still moves ~5 pages
-// a step at 40 MiB and none at 48 (240 MiB reserved, what a segment that never unmaps reaches).
+// changing sizes stops moving pages: the seedfrag pattern (160 MiB allocated) still moves 2-4
+// pages a step at 40 MiB and none at 48 (240 MiB reserved, what a segment that never unmaps
+// reaches; docs/benchmarks.md, session 5).
 #define CHURN_MOVED_FACTOR 1
 #define CHURN_SLACK_DIVISOR 128
 #define CHURN_SLACK_MIN ((size_t)48 << 20)
