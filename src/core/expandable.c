@@ -19,6 +19,8 @@
 //   run, after one device sync) that the growth either stays under the peak or leaves no more
 //   than the slack free, and maps those same pages again where the request fits: the pages wait
 //   in a small pool of the allocator's own, so moving memory costs no page create or release.
+//   On a repeating workload where such moves only circulate pages from step to step, it stops
+//   moving them and lets reserved grow instead, within a bound (the churn ceiling, CHURN_*).
 //   The core asks the device for pages only when the pool grows, never on a cached allocation or
 //   free. Every call on the VMM group is counted (cci_alloc_vmm_counts) for the reports.
 #include <stdlib.h>
@@ -181,7 +183,6 @@ static int dev_sync(cci_allocator *a)
 
 // ---- compact mode's page pool -------------------------------------------------------------
 
-// The ordinary slack, from the allocated peak alone.
 size_t cci__exp_compact_slack(const cci_allocator *a)
 {
     size_t slack = (size_t)a->st.allocated_bytes[CCI_POOL_ALL].peak / COMPACT_SLACK_DIVISOR;
@@ -573,8 +574,8 @@ static size_t compact_reclaim_target(cci_allocator *a, size_t grow_by)
             peak = ceiling;
     }
     // Enough that the growth stays under the peak, or that no more than the slack stays free,
-    // whichever is less; plus part of the slack, so that the next growths find pooled
-    // pages and room under the peak without another device sync.
+    // whichever is less; plus part of the slack, so that the next growths find pooled pages and
+    // room under the peak without another device sync.
     size_t over_peak = reserved + grow_by - peak, over_slack = free - slack;
     return (over_peak < over_slack ? over_peak : over_slack) + slack / COMPACT_EXTRA_DIVISOR;
 }
