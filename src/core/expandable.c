@@ -528,9 +528,22 @@ static int churning(cci_allocator *a)
     return e->churn_moved >= CHURN_MOVED_FACTOR * peak;
 }
 
+// What the churn ceiling may never pass: the device's memory (or the fraction cap) less what the
+// pool and old mappings waiting for their fence hold beside reserved and less the slack, so that
+// under memory pressure growing never ends in the last retry's flush (and its device sync) where
+// moving pages would have done. SIZE_MAX when neither is known (an unlimited simulated device).
+static size_t churn_room(const cci_allocator *a)
+{
+    size_t limit = a->capacity ? a->capacity : SIZE_MAX;
+    if (a->capped && a->allowed_max < limit)
+        limit = a->allowed_max;
+    size_t held = a->exp->pool_n * a->exp->granularity + a->exp->retiring_bytes + cci__exp_compact_slack(a);
+    return limit == SIZE_MAX ? SIZE_MAX : limit > held ? limit - held : 0;
+}
+
 // The reserved bytes a churning pool may reach without a reclaim: the allocated peak plus the
-// slack plus the churn slack. Raises the churn slack, within its bound, so that `want` reserved
-// bytes fit under the ceiling; returns the ceiling.
+// slack plus the churn slack, and no more than churn_room(). Raises the churn slack, within its
+// bound, so that `want` reserved bytes fit under the ceiling; returns the ceiling.
 static size_t raise_churn_ceiling(cci_allocator *a, size_t want)
 {
     cci_exp *e = a->exp;
@@ -543,7 +556,8 @@ static size_t raise_churn_ceiling(cci_allocator *a, size_t want)
         e->churn_slack = need;
         e->n.churn_raises++;
     }
-    return base + e->churn_slack;
+    size_t room = churn_room(a);
+    return base + e->churn_slack < room ? base + e->churn_slack : room;
 }
 
 // Compact mode: how many free mapped bytes to unmap before a growth that maps `grow_by` bytes;

@@ -564,6 +564,25 @@ static void test_churn_ceiling_bounded(void)
     done(&f);
 }
 
+// Under memory pressure the churn ceiling yields: on a 200 MiB device the seedfrag pattern
+// (160 MiB allocated) must keep moving pages rather than grow into the device's last bytes, where
+// a page create fails and the last retry flushes the pool after a device sync (with the ceiling
+// unbounded by the device: 13 such retries, each with a device sync, in these 96 steps).
+static void test_churn_ceiling_under_pressure(void)
+{
+    fixture f = make("compact_segments:True", 200 * MiB);
+    for (int k = 0; k < 96; k++)
+        seedfrag_step(&f, k);
+    cci_stats st = stats(&f);
+    cci_vmm_counts n = counts(&f);
+    CHECK(st.num_alloc_retries == 0 && st.num_ooms == 0 && n.syncs == 0,
+          "no flush, OOM or device sync on a 200 MiB device (%llu retries, %llu OOMs, %llu syncs)",
+          (unsigned long long)st.num_alloc_retries, (unsigned long long)st.num_ooms, (unsigned long long)n.syncs);
+    CHECK(n.reclaims > 0, "pages still move there (%llu reclaims)", (unsigned long long)n.reclaims);
+    consistent(&f, "churn under pressure");
+    done(&f);
+}
+
 static void test_without_vmm(void)
 {
     // A backend without the VMM group still runs the mode's configuration, on ordinary segments.
@@ -604,6 +623,7 @@ int main(void)
     test_slack_bounded();
     test_compact_steady_state();
     test_churn_ceiling_bounded();
+    test_churn_ceiling_under_pressure();
     test_without_vmm();
     return t_finish();
 }
