@@ -4,7 +4,7 @@
 number of steps, so that replay can count what compact mode does in steady state; the shared
 seedfrag snapshot holds only 20 steps.
 
-usage: seedfrag_trace.py STEPS [OUT]   (OUT: a file, default stdout)
+usage: seedfrag_trace.py [--runs R] STEPS [OUT]   (OUT: a file, default stdout)
 
 Each step k, as the workload does it on one stream (PyTorch's caching off, so every tensor is an
 allocation of its own):
@@ -12,13 +12,18 @@ allocation of its own):
     big = one tensor of 64 MiB + 8 MiB * (k % 3)
     big freed, then the rest of x in reverse order
 The recorded addresses are made up (unique per live block): replay maps them to its own.
+
+--runs R: the shape of tests/bench/torch_run.py's process on the GPU instead (2 warm-up steps, then
+R runs of STEPS steps, k starting at 0 in each), with what the workload keeps beside the tensors:
+each step's loss, a 512 B tensor in the small pool, held until the run ends. Those scalars raise
+the allocated peak by a few bytes at a time, which is what a trace of the tensors alone misses.
 """
 import sys
 
 MiB = 1 << 20
 
 
-def events(steps):
+def events(steps, runs=0):
     nxt = 0x10000000000
     free_list = []
 
@@ -35,7 +40,7 @@ def events(steps):
         yield f"free_requested {addr:#x} {size} 0 0"
         yield f"free_completed {addr:#x} {size} 0 0"
 
-    for k in range(steps):
+    def step(k, losses):
         s = 4 * MiB * (1 + k % 4)
         x = []
         for _ in range(10):
@@ -46,20 +51,38 @@ def events(steps):
         rest = x[1::2]
         b = 64 * MiB + 8 * MiB * (k % 3)
         big = yield from alloc(b)
+        if losses is not None:
+            losses.append((yield from alloc(512)))
         yield from free(big, b)
         for addr in reversed(rest):
             yield from free(addr, s)
 
+    if not runs:
+        for k in range(steps):
+            yield from step(k, None)
+        return
+    for n in [2] + [steps] * runs:  # the warm-up, then the timed runs
+        losses = []
+        for k in range(n):
+            yield from step(k, losses)
+        for addr in reversed(losses):
+            yield from free(addr, 512)
+
 
 def main():
-    if len(sys.argv) not in (2, 3) or not sys.argv[1].isdigit():
-        sys.stderr.write("usage: seedfrag_trace.py STEPS [OUT]\n")
+    args = sys.argv[1:]
+    runs = 0
+    if args[:1] == ["--runs"] and len(args) > 1 and args[1].isdigit() and int(args[1]) > 0:
+        runs = int(args[1])
+        args = args[2:]
+    if len(args) not in (1, 2) or not args[0].isdigit():
+        sys.stderr.write("usage: seedfrag_trace.py [--runs R] STEPS [OUT]\n")
         return 2
     lines = ["# cci-text-trace 1", "# device 0", "# source seedfrag_trace.py"]
-    lines += events(int(sys.argv[1]))
+    lines += events(int(args[0]), runs)
     text = "\n".join(lines) + "\n"
-    if len(sys.argv) == 3:
-        with open(sys.argv[2], "w") as f:
+    if len(args) == 2:
+        with open(args[1], "w") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
