@@ -19,6 +19,8 @@
 //   run, after one device sync) that the growth either stays under the peak or leaves no more
 //   than the slack free, and maps those same pages again where the request fits: the pages wait
 //   in a small pool of the allocator's own, so moving memory costs no page create or release.
+//   On a repeating workload where such moves only circulate pages from step to step, it stops
+//   moving them and lets reserved grow instead, within a bound (the churn ceiling, CHURN_*).
 //   The core asks the device for pages only when the pool grows, never on a cached allocation or
 //   free. Every call on the VMM group is counted (cci_alloc_vmm_counts) for the reports.
 #include <stdlib.h>
@@ -43,6 +45,26 @@
 #define COMPACT_SLACK_DIVISOR 64
 #define COMPACT_SLACK_MIN ((size_t)32 << 20)
 #define COMPACT_EXTRA_DIVISOR 2
+// Churn: on a repeating workload whose requests change size from step to step, stitching does not
+// converge, it circulates: every step unmaps the pages the last one mapped and maps them back
+// elsewhere (seedfrag on an H100: ~25 maps and ~22 page unmaps a step, 4x the step's own time).
+// The sign is counted, not timed, so replay predicts it: once reclaims have moved as many bytes as
+// the allocated peak (CHURN_MOVED_FACTOR) without that peak rising, the workload repeats and
+// moving more buys nothing. Compact mode then lets reserved grow instead of reclaiming, up to a
+// ceiling of the allocated peak plus the slack plus the churn slack, which each such growth raises
+// by what it needs, never past max(CHURN_SLACK_MIN, peak allocated / CHURN_SLACK_DIVISOR). Only a
+// growth past the ceiling still reclaims, and only what passes it. 1/128 keeps a large pool inside
+// its 3 % (ceiling 1 + 1/64 + 1/128 = 1.023x the allocated peak; at 1/64 the encoder trace, made
+// to churn, reached 1.027x). The 50 MiB floor is tuned in replay, and is the least at which a
+// small pool of changing sizes stops moving pages on both seedfrag traces: on the synthetic
+// pattern (160 MiB allocated) pages still move 2-4 a step at 40 MiB and none at 48 (240 MiB
+// reserved, what a segment that never unmaps reaches). The trace of our own run on the H100 (722
+// steps, the loss scalars in the small pool) needs 2 MiB more: at 48 MiB it moved pages in 64 of
+// its steps, at 50 in the first few only (242 MiB, what PyTorch's expandable segments reserve;
+// docs/benchmarks.md, session 5).
+#define CHURN_MOVED_FACTOR 1
+#define CHURN_SLACK_DIVISOR 128
+#define CHURN_SLACK_MIN ((size_t)50 << 20)
 
 static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -476,19 +498,93 @@ static size_t free_mapped_bytes(const cci_allocator *a)
     return (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - a->st.active_bytes[CCI_POOL_ALL].current);
 }
 
-// Bytes a growth into the row that starts at `room` must map: the row's unmapped part, in pages
-// (its free blocks are mapped already). round_up(rounded) when a new segment is needed.
+// Bytes a growth into the row that starts at `room` must map: the row's unmapped parts, in pages,
+// as far as the growth reaches (its free blocks are mapped already; a row that earlier moves left
+// alternating free and unmapped, so counting all of it past the first free block would ask the
+// reclaim for more than the growth maps). round_up(rounded) when a new segment is needed.
 static size_t row_map_bytes(const cci_block *room, size_t rounded, size_t page)
 {
-    size_t have = 0;
-    for (const cci_block *x = room; x && have < rounded && x->state == BLOCK_FREE; x = x->next)
-        have += x->size;
-    return have >= rounded ? 0 : round_up(rounded - have, page);
+    size_t have = 0, map = 0;
+    for (const cci_block *x = room; x && have < rounded; x = x->next) {
+        size_t take = x->size;
+        if (x->state == BLOCK_UNMAPPED) {
+            take = round_up(rounded - have < x->size ? rounded - have : x->size, page);
+            map += take;
+        } else if (x->state != BLOCK_FREE) {
+            break;  // the row ends (find_room saw enough before this block)
+        }
+        have += take;
+    }
+    return have >= rounded ? map : map + round_up(rounded - have, page);
+}
+
+// Whether compact mode's reclaims circulate pages (see CHURN_MOVED_FACTOR): they have moved
+// CHURN_MOVED_FACTOR allocated peaks since that peak last rose by a page or more. A rise that
+// small does not start the count again: a program that keeps a small result per step (PyTorch's
+// loss scalars, 512 B each) raises its peak by a few bytes every step while the large blocks
+// repeat, and counting again at each rise never let our own seedfrag run on the H100 be seen as
+// churning (95 reclaims in 722 steps instead of 22).
+static int churning(cci_allocator *a)
+{
+    cci_exp *e = a->exp;
+    uint64_t peak = (uint64_t)a->st.allocated_bytes[CCI_POOL_ALL].peak;
+    if (peak < e->churn_peak || peak >= e->churn_peak + e->granularity) {
+        e->churn_peak = peak;
+        e->churn_moved = 0;
+    }
+    return e->churn_moved >= CHURN_MOVED_FACTOR * peak;
+}
+
+// What the churn ceiling may never pass: the device's memory (or the fraction cap) less what the
+// pool and old mappings waiting for their fence hold beside reserved and less the slack, so that
+// under memory pressure growing never ends in the last retry's flush (and its device sync) where
+// moving pages would have done. SIZE_MAX when neither is known (an unlimited simulated device).
+static size_t churn_room(const cci_allocator *a)
+{
+    size_t limit = a->capacity ? a->capacity : SIZE_MAX;
+    if (a->capped && a->allowed_max < limit)
+        limit = a->allowed_max;
+    size_t held = a->exp->pool_n * a->exp->granularity + a->exp->retiring_bytes + cci__exp_compact_slack(a);
+    return limit == SIZE_MAX ? SIZE_MAX : limit > held ? limit - held : 0;
+}
+
+// What each pool's allocated peak leaves unused of its last page: reserved is whole pages in each
+// pool, so a ceiling of bytes alone is short by up to a page a pool. (Our own seedfrag run on the
+// H100 holds 0.1 MiB in the small pool: one 2 MiB page, which a ceiling of 160.1 + slack + 48 MiB
+// left out, and every step moved pages again to stay under 240 MiB.)
+static size_t partial_pages(const cci_allocator *a)
+{
+    size_t left = 0;
+    for (int small = 0; small <= 1; small++) {
+        size_t p = (size_t)a->st.allocated_bytes[pool_index(small)].peak, page = a->exp->page[small];
+        left += round_up(p, page) - p;
+    }
+    return left;
+}
+
+// The reserved bytes a churning pool may reach without a reclaim: the allocated peak plus the
+// slack plus the churn slack, and no more than churn_room(). Raises the churn slack, within its
+// bound, so that `want` reserved bytes fit under the ceiling; returns the ceiling.
+static size_t raise_churn_ceiling(cci_allocator *a, size_t want)
+{
+    cci_exp *e = a->exp;
+    size_t peak = (size_t)a->st.allocated_bytes[CCI_POOL_ALL].peak;
+    size_t base = peak + partial_pages(a) + cci__exp_compact_slack(a);
+    size_t bound = peak / CHURN_SLACK_DIVISOR;
+    bound = bound < CHURN_SLACK_MIN ? CHURN_SLACK_MIN : bound;
+    size_t need = want > base ? want - base : 0;
+    need = need < bound ? need : bound;
+    if (need > e->churn_slack) {
+        e->churn_slack = need;
+        e->n.churn_raises++;
+    }
+    size_t room = churn_room(a);
+    return base + e->churn_slack < room ? base + e->churn_slack : room;
 }
 
 // Compact mode: how many free mapped bytes to unmap before a growth that maps `grow_by` bytes;
 // 0 for none, SIZE_MAX for all that can be.
-static size_t compact_reclaim_target(const cci_allocator *a, size_t grow_by)
+static size_t compact_reclaim_target(cci_allocator *a, size_t grow_by)
 {
     size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     size_t peak = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].peak;
@@ -504,6 +600,15 @@ static size_t compact_reclaim_target(const cci_allocator *a, size_t grow_by)
     // for expandable segments, when every such growth unmapped).
     if (!grow_by || free <= slack || reserved + grow_by <= peak)
         return 0;
+    if (churning(a)) {
+        // Reclaims have been circulating pages: let reserved grow up to the churn ceiling instead,
+        // and reclaim only what would pass it.
+        size_t ceiling = raise_churn_ceiling(a, reserved + grow_by);
+        if (reserved + grow_by <= ceiling)
+            return 0;
+        if (ceiling > peak)
+            peak = ceiling;
+    }
     // Enough that the growth stays under the peak, or that no more than the slack stays free,
     // whichever is less; plus part of the slack, so that the next growths find pooled pages and
     // room under the peak without another device sync.
@@ -909,6 +1014,7 @@ static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, 
             v[take].lo = v[take].hi - round_up(target - got, page);
         got += v[take].hi - v[take].lo;
         own += !v[take].other;
+        a->exp->churn_moved += v[take].hi - v[take].lo;
         start_reclaiming(a, v[take].b);
     }
     if (take) {
@@ -976,6 +1082,10 @@ void cci__exp_release_free(cci_allocator *a)
     //    kernels that used it.
     //    Old mappings still retiring behind their fence go too: the same sync covers them.
     cci_exp *e = a->exp;
+    // A flush starts compact mode's churn count again: what is left mapped is what it was asked
+    // for, and the churn slack comes back only if moving pages circulates again.
+    e->churn_slack = 0;
+    e->churn_moved = 0;
     uint64_t retire_upto = e->retire_seq;
     int synced = list || e->retire_head ? dev_sync(a) : 1;
     if (synced)

@@ -51,6 +51,12 @@ typedef struct cci_exp {
     cci_exp_retire *retire_head, *retire_tail;
     uint64_t retire_seq;  ///< the last retirement's number
     size_t retiring_bytes;  ///< bytes of old mappings waiting for their fence (not reserved)
+    // Compact mode's churn (expandable.c, CHURN_MOVED_FACTOR): counted, never timed, so that
+    // replay predicts it.
+    uint64_t churn_peak;    ///< the allocated peak churn_moved counts since
+    uint64_t churn_moved;   ///< bytes reclaims moved since the allocated peak last rose
+    size_t churn_slack;     ///< reserved may reach allocated peak + slack + this without a reclaim,
+                            ///< raised (bounded) because moving pages circulated
 } cci_exp;
 
 /// Sets a->exp from the configuration and the backend: NULL when the configuration asks for

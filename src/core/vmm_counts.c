@@ -30,6 +30,7 @@ int cci_alloc_vmm_counts(cci_allocator *a, cci_vmm_counts *out)
         out->retiring_bytes = e->retiring_bytes;
         if (e->mode == CCI_EXP_COMPACT) {
             out->slack = cci__exp_compact_slack(a);
+            out->churn_slack = e->churn_slack;
             // Pages whose old mapping waits for its fence are kept beyond the bound (expandable.c).
             out->pool_limit = out->slack + (uint64_t)e->pool_waiting * e->granularity;
         }

@@ -35,6 +35,11 @@ typedef struct cci_vmm_counts {
                                ///< unmapped their old addresses later, once a fence had passed
     uint64_t stream_waits;     ///< fence waits for victims of another stream (instead of a sync)
     uint64_t retiring_bytes;   ///< old mappings now waiting for their fence: mapped, not reserved
+    // Compact mode's churn (appended likewise).
+    uint64_t churn_raises;     ///< growths that raised the churn ceiling instead of moving pages,
+                               ///< because moves had been seen to circulate on a repeating workload
+    uint64_t churn_slack;      ///< what they raised: reserved may reach the allocated peak + slack +
+                               ///< churn_slack without a reclaim (bounded)
 } cci_vmm_counts;
 
 /// Fills *out (lock taken inside). 0, or -1 when the allocator runs ordinary segments (*out is

@@ -463,6 +463,126 @@ static void test_compact_other_stream(void)
     done(&f);
 }
 
+// One step of the seedfrag workload (benchmarks: fragmentation seed) on stream 0: ten tensors of
+// 4, 8, 12 or 16 MiB, every other one freed, a large one of 64, 72 or 80 MiB while the rest live,
+// then all freed. Sizes change from step to step with a period of 12 steps.
+static void seedfrag_step(fixture *f, int k)
+{
+    uintptr_t x[10];
+    size_t s = (size_t)4 * MiB * (size_t)(1 + k % 4), big = (size_t)64 * MiB + (size_t)8 * MiB * (size_t)(k % 3);
+    for (int i = 0; i < 10; i++)
+        x[i] = must_alloc(f, s);
+    for (int i = 0; i < 10; i += 2)
+        cci_free(f->a, x[i], 0, CCI_FREE_NOW);
+    uintptr_t b = must_alloc(f, big);
+    cci_free(f->a, b, 0, CCI_FREE_NOW);
+    for (int i = 9; i > 0; i -= 2)
+        cci_free(f->a, x[i], 0, CCI_FREE_NOW);
+}
+
+// Compact mode on a repeating workload of changing sizes: moving pages to stitch the large request
+// together would circulate the same pages every step (before the churn ceiling: ~16 maps and ~16
+// page unmaps a step). After a warm-up, a whole number of periods must make no VMM call at all,
+// with reserved still under PyTorch's expandable segments on this workload (242 MiB on an H100)
+// and the churn slack within its bound.
+static void test_compact_steady_state(void)
+{
+    fixture f = make("compact_segments:True", 0);
+    enum { WARMUP = 48, STEADY = 48 };
+    int k = 0;
+    for (; k < WARMUP; k++)
+        seedfrag_step(&f, k);
+    cci_vmm_counts n0 = counts(&f);
+    for (; k < WARMUP + STEADY; k++)
+        seedfrag_step(&f, k);
+    cci_vmm_counts n = counts(&f);
+    cci_stats st = stats(&f);
+    CHECK(n.maps == n0.maps && n.unmaps == n0.unmaps && n.set_access == n0.set_access &&
+              n.page_creates == n0.page_creates && n.page_releases == n0.page_releases,
+          "steady state: %llu maps, %llu unmaps (%llu pages), %llu set-access, %llu creates, %llu releases in "
+          "%d steps, none expected",
+          (unsigned long long)(n.maps - n0.maps), (unsigned long long)(n.unmaps - n0.unmaps),
+          (unsigned long long)(n.unmapped_pages - n0.unmapped_pages),
+          (unsigned long long)(n.set_access - n0.set_access), (unsigned long long)(n.page_creates - n0.page_creates),
+          (unsigned long long)(n.page_releases - n0.page_releases), STEADY);
+    CHECK_EQ_U(st.allocated_bytes[CCI_POOL_ALL].peak, 160 * MiB, "peak allocated: ten 16 MiB tensors");
+    CHECK((uint64_t)st.reserved_bytes[CCI_POOL_ALL].peak <= 242 * MiB, "peak reserved %llu MiB, PyTorch expandable 242",
+          (unsigned long long)st.reserved_bytes[CCI_POOL_ALL].peak >> 20);
+    CHECK(n.churn_raises > 0 && n.churn_slack > 0 && n.churn_slack <= 50 * MiB,
+          "the churn slack was raised (%llu times) and stays within its 50 MiB floor (%llu MiB)",
+          (unsigned long long)n.churn_raises, (unsigned long long)n.churn_slack >> 20);
+    consistent(&f, "steady state");
+    // A flush forgets the churn: what stays mapped is what empty_cache was asked to leave.
+    cci_alloc_empty_cache(f.a);
+    CHECK_EQ_U(counts(&f).churn_slack, 0, "empty_cache drops the churn slack");
+    consistent(&f, "steady state, flushed");
+    done(&f);
+}
+
+// The churn ceiling is a bound: on a random workload whose sizes keep one distribution (so the
+// allocated peak soon stops rising and moving pages circulates), whenever reserved sets a new peak
+// either no more than the slack is free, or reserved is within the allocated peak plus the slack
+// plus the churn slack, and the churn slack itself never passes max(50 MiB, allocated peak / 128).
+static void test_churn_ceiling_bounded(void)
+{
+    fixture f = make("compact_segments:True", 0);
+    enum { SLOTS = 64, OPS = 20000 };
+    uintptr_t slot[SLOTS] = {0};
+    uint64_t rng = 987654321, peak = 0;
+    for (int op = 0; op < OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((rng >> 33) % SLOTS);
+        if (slot[i]) {
+            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
+            slot[i] = 0;
+            continue;
+        }
+        slot[i] = must_alloc(&f, (1 + (size_t)((rng >> 17) % 24)) * 2 * MiB);
+        cci_stats st = stats(&f);
+        cci_vmm_counts n = counts(&f);
+        uint64_t reserved = (uint64_t)st.reserved_bytes[CCI_POOL_ALL].current;
+        uint64_t alloc_peak = (uint64_t)st.allocated_bytes[CCI_POOL_ALL].peak;
+        uint64_t free_mapped = reserved - (uint64_t)st.allocated_bytes[CCI_POOL_ALL].current;
+        uint64_t bound = alloc_peak / 128 > 50 * MiB ? alloc_peak / 128 : 50 * MiB;
+        CHECK(n.churn_slack <= bound, "op %d: churn slack %llu MiB above its bound %llu MiB", op,
+              (unsigned long long)n.churn_slack >> 20, (unsigned long long)bound >> 20);
+        if (reserved > peak) {
+            peak = reserved;
+            CHECK(free_mapped <= n.slack || reserved <= alloc_peak + n.slack + n.churn_slack,
+                  "op %d: new peak %llu MiB with %llu MiB free, above the ceiling %llu + %llu + %llu MiB", op,
+                  (unsigned long long)reserved >> 20, (unsigned long long)free_mapped >> 20,
+                  (unsigned long long)alloc_peak >> 20, (unsigned long long)n.slack >> 20,
+                  (unsigned long long)n.churn_slack >> 20);
+        }
+    }
+    cci_vmm_counts n = counts(&f);
+    CHECK(n.churn_raises > 0, "the run churned and raised the ceiling (%llu reclaims)", (unsigned long long)n.reclaims);
+    consistent(&f, "churn ceiling run");
+    for (int i = 0; i < SLOTS; i++)
+        if (slot[i])
+            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
+    done(&f);
+}
+
+// Under memory pressure the churn ceiling yields: on a 200 MiB device the seedfrag pattern
+// (160 MiB allocated) must keep moving pages rather than grow into the device's last bytes, where
+// a page create fails and the last retry flushes the pool after a device sync (with the ceiling
+// unbounded by the device: 13 such retries, each with a device sync, in these 96 steps).
+static void test_churn_ceiling_under_pressure(void)
+{
+    fixture f = make("compact_segments:True", 200 * MiB);
+    for (int k = 0; k < 96; k++)
+        seedfrag_step(&f, k);
+    cci_stats st = stats(&f);
+    cci_vmm_counts n = counts(&f);
+    CHECK(st.num_alloc_retries == 0 && st.num_ooms == 0 && n.syncs == 0,
+          "no flush, OOM or device sync on a 200 MiB device (%llu retries, %llu OOMs, %llu syncs)",
+          (unsigned long long)st.num_alloc_retries, (unsigned long long)st.num_ooms, (unsigned long long)n.syncs);
+    CHECK(n.reclaims > 0, "pages still move there (%llu reclaims)", (unsigned long long)n.reclaims);
+    consistent(&f, "churn under pressure");
+    done(&f);
+}
+
 static void test_without_vmm(void)
 {
     // A backend without the VMM group still runs the mode's configuration, on ordinary segments.
@@ -501,6 +621,9 @@ int main(void)
     test_compact();
     test_counts_scripted();
     test_slack_bounded();
+    test_compact_steady_state();
+    test_churn_ceiling_bounded();
+    test_churn_ceiling_under_pressure();
     test_without_vmm();
     return t_finish();
 }
