@@ -92,10 +92,10 @@ static void sweep_query(void)
     void *s2;
     CUDA_OK(cudaMalloc(&s2, 3 * BIG));
     struct fakecu_event_calls c1 = calls();
-    CHECK(c1.event_records - c0.event_records >= 2, "W got a sweep beside the legacy event");
     CHECK(waiting_bytes(&api) >= (int64_t)BIG,
           "the fence stays pending while W still holds a write to the block (%lld B waiting)",
           (long long)waiting_bytes(&api));
+    CHECK(c1.event_records - c0.event_records >= 2, "W got a sweep beside the legacy event");
     new_owner_writes(q, o);
     CUDA_OK(cudaStreamSynchronize(w));  // W's late write runs now, into p only
     CUDA_OK(cudaMalloc(&r, BIG));
