@@ -15,12 +15,16 @@
 //   burst         many blocks written late on W and freed, one fence each: all share ONE sweep.
 //   born-after    a stream created after the record, busy with unrelated work, does not hold the
 //                 fence back (it cannot hold work from before the free).
+//   threads       several threads free blocks that their own non-blocking streams still write
+//                 (a real delay), destroying and creating streams meanwhile: nothing clobbered.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
 // Each safety scenario checks that the block WAS reused after the right event (so it proves the
 // path ran) and that no new owner's data was clobbered.
 #include "fake_cuda_driver.h"
+
+#include <pthread.h>
 
 #include "ptest.h"
 
@@ -211,6 +215,59 @@ static void born_after(void)
     drop_pool();
 }
 
+// Threads at once, each with a writer and an owner stream of its own: late writes (a real delay)
+// on the writer, the block freed, a new block written on the owner stream. Fences of every
+// thread look at every thread's streams, share sweeps, and see streams destroyed and created
+// again (retired events) while they are pending. No owner's data may be clobbered.
+#define THREADS 4
+#define ITERS 40
+#define SMALLER ((size_t)1 << 20)
+
+static void *churn_thread(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    unsigned char mark = (unsigned char)(0x10 + id);
+    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    int clobbered = 0;
+    for (int i = 0; i < ITERS; i++) {
+        void *p, *q;
+        size_t n = SMALLER * (size_t)(1 + (i + id) % 3);
+        CUDA_OK(cudaMalloc(&p, n));
+        fakecuda_delayed_fill(p, OLD, n, w, 200);
+        CUDA_OK(cudaFree(p));
+        CUDA_OK(cudaMalloc(&q, n));
+        CUDA_OK(cudaMemsetAsync(q, mark, n, o));
+        CUDA_OK(cudaStreamSynchronize(o));
+        CUDA_OK(cudaStreamSynchronize(w));  // the late write has run by now, wherever it went
+        clobbered += !ptest_all_bytes(q, n, mark);
+        CUDA_OK(cudaFree(q));
+        if (i % 8 == 7) {  // a destroyed writer: its last work is covered by its retired event
+            CUDA_OK(cudaStreamDestroy(w));
+            w = make_stream(cudaStreamNonBlocking);
+        }
+    }
+    CUDA_OK(cudaStreamDestroy(w));
+    CUDA_OK(cudaStreamDestroy(o));
+    return (void *)(intptr_t)clobbered;
+}
+
+static void threads(void)
+{
+    make_pool();
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, churn_thread, (void *)(intptr_t)i) == 0, "thread %d started", i);
+    int clobbered = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        clobbered += (int)(intptr_t)r;
+    }
+    CHECK(clobbered == 0, "no owner's data clobbered across %d threads x %d frees (%d clobbered)",
+          THREADS, ITERS, clobbered);
+    drop_pool();
+}
+
 static void count(int ahead)
 {
     enum { ROUNDS = 8 };
@@ -259,7 +316,7 @@ static void count(int ahead)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|count K\n");
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -271,6 +328,8 @@ int main(int argc, char **argv)
         burst();
     else if (!strcmp(sc, "born-after"))
         born_after();
+    else if (!strcmp(sc, "threads"))
+        threads();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
         count(atoi(argv[2]));
     else {
