@@ -316,21 +316,36 @@ typedef struct look {
     size_t n, cap;
 } look;
 
-static int look_collect(look *lk, shared_event *r)
+// Room for one more event to block on. 0 or -1.
+static int look_reserve(look *lk)
 {
-    if (lk->n == lk->cap) {
-        size_t want = lk->cap ? 2 * lk->cap : 8;
-        shared_event **grown = realloc(lk->wait_on, want * sizeof *grown);
-        if (!grown)
-            return -1;
-        lk->wait_on = grown;
-        lk->cap = want;
-    }
-    pthread_mutex_lock(&pool_lock);
+    if (lk->n < lk->cap)
+        return 0;
+    size_t want = lk->cap ? 2 * lk->cap : 8;
+    shared_event **grown = realloc(lk->wait_on, want * sizeof *grown);
+    if (!grown)
+        return -1;
+    lk->wait_on = grown;
+    lk->cap = want;
+    return 0;
+}
+
+// The wait will block on r: a reference keeps it out of the pool meanwhile. pool_lock held.
+static int look_collect_locked(look *lk, shared_event *r)
+{
+    if (look_reserve(lk))
+        return -1;
     r->refs++;
-    pthread_mutex_unlock(&pool_lock);
     lk->wait_on[lk->n++] = r;
     return 0;
+}
+
+static int look_collect(look *lk, shared_event *r)
+{
+    pthread_mutex_lock(&pool_lock);
+    int rc = look_collect_locked(lk, r);
+    pthread_mutex_unlock(&pool_lock);
+    return rc;
 }
 
 // Forgets the sweeps at the head of the cover that have passed, raising `covered` to theirs:
@@ -453,21 +468,8 @@ static int cover_retired(look *lk)
             continue;
         }
         if (lk->waiting) {
-            if (!atomic_load(&r->passed)) {
-                r->refs++;  // look_collect without the lock it takes
-                if (lk->n == lk->cap) {
-                    size_t want = lk->cap ? 2 * lk->cap : 8;
-                    shared_event **grown = realloc(lk->wait_on, want * sizeof *grown);
-                    if (!grown) {
-                        r->refs--;
-                        rc = -1;
-                        break;
-                    }
-                    lk->wait_on = grown;
-                    lk->cap = want;
-                }
-                lk->wait_on[lk->n++] = r;
-            }
+            if (!atomic_load(&r->passed))
+                rc = look_collect_locked(lk, r);
             pr = &r->next;
             continue;
         }
