@@ -642,16 +642,22 @@ static void fence_release(void *ctx, int device, cci_fence handle)
     fence_free((cuda_fence *)(uintptr_t)handle);
 }
 
-// A record makes one event on the legacy stream of each device we hold a primary context of;
-// the non-blocking streams cost nothing at the record (their looks are shared among fences).
+// The cost of a fence: one event on the legacy stream of each device we hold a primary context
+// of, plus, in the worst case, one question per live stream (when the GPU keeps up with the CPU,
+// every fence gets a look of its own). The live streams bound the non-blocking ones (blocking
+// streams are overcounted, which only makes the core more careful). So the core's poor-fit
+// harvest (FENCED_FIT_HARVEST_MAX_WIDTH) stays off for programs with many streams, as before the
+// look was lazy: its gain there was never measured against that worst case.
 static unsigned fence_width(void *ctx, int device)
 {
     (void)ctx;
     (void)device;
-    unsigned n = 0;
+    size_t n = cci_stream_registry_live();
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
         n += cci_cuda_backend_primary_peek(d) != NULL;  // no lock: a moment's figure
-    return n ? n : 1;
+    if (n == 0)
+        n = 1;
+    return n > UINT_MAX ? UINT_MAX : (unsigned)n;
 }
 
 const cci_backend_fence_ops cci_cuda_fence_ops = {
