@@ -29,6 +29,9 @@
 //     every fence with seq <= c; it passes no earlier than that work (conservatively later), and
 //     is shared by all those fences through the stream's cover, so a burst of fences costs one
 //     sweep, not one per fence. Sweeps of one stream pass in the order they were recorded;
+//   - every device's non-blocking streams are looked at, whichever device's allocator recorded
+//     the fence (peer access lets another device's stream touch our memory); a sweep is recorded
+//     in its stream's device's context;
 //   - a stream registered after the record (born > epoch) needs nothing: the program got its
 //     handle after we registered it, so none of its work comes from before the free;
 //   - a stream destroyed since the record is no longer live but its retired event is in the
