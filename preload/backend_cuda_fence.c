@@ -1,22 +1,57 @@
 // SPDX-License-Identifier: MIT
 // The CUDA backend's fence group (src/core/backend.h, cci_backend_fence_ops).
 //
-// A fence is a set of events. The core records every fence for CCI_STREAM_ALL: a block freed with
-// cudaFree may have been used by any stream. Which streams "all" must cover, from the ordering
-// facts (docs/reuse-modes.md):
-//   - the legacy stream of every device whose primary context we hold: an event there passes only
-//     once all earlier work of every blocking stream and every per-thread default stream of that
-//     context has finished (they are ordered with the legacy stream), and work of another device
-//     (peer access, peer copies) is covered by that device's own legacy event;
-//   - every live non-blocking stream (ordered with nothing but itself), runtime- or
-//     driver-created (stream_registry.c);
+// A fence is recorded for CCI_STREAM_ALL: a block freed with cudaFree may have been used by any
+// stream. It must pass only once every piece of work queued before the free, on any stream that
+// may touch our memory, has finished. Which streams that means, from the ordering facts
+// (docs/reuse-modes.md), and how each is covered:
+//   - the legacy stream of every device whose primary context we hold, and with it every BLOCKING
+//     stream and every PER-THREAD default stream of that context: work on the legacy stream waits
+//     for all earlier work of those streams, so an event recorded on the legacy stream passes only
+//     once that work has finished. Work of another device (peer access, peer copies) is covered
+//     by that device's own legacy event. These events are recorded at once, one per device;
+//   - every NON-BLOCKING stream (ordered with nothing but itself), runtime- or driver-created
+//     (stream_registry.c), that existed when the fence was recorded: covered LAZILY, below;
 //   - every destroyed stream whose last work may still be pending: an event recorded on it just
-//     before the destroy was forwarded, kept until it has passed.
+//     before the destroy was forwarded (a "retired" event), kept until it has passed.
+//
+// LAZY NON-BLOCKING COVERAGE. An event on every non-blocking stream at every record was most of
+// what fences cost (PyTorch keeps a pool of 32 such streams, mostly idle: 32 events or stream
+// queries per record). Instead, a record touches the legacy streams only, and notes two numbers:
+// its place on the fence clock (seq: records are numbered 1, 2, ...) and the stream registry's
+// epoch (streams with born <= epoch existed at the record). Only when the fence's legacy events
+// have passed, at a query or a wait, are its non-blocking streams looked at, each at most once
+// per "round" for ALL fences recorded so far:
+//   - a stream that cuStreamQuery reports idle NOW has finished every piece of work queued on it
+//     before every fence recorded so far (clock value c, read before the query): those fences
+//     are covered for it (cover->covered = c), the next ones need a new look;
+//   - a busy stream gets ONE "sweep" event recorded now, after everything queued on it before
+//     every fence with seq <= c; it passes no earlier than that work (conservatively later), and
+//     is shared by all those fences through the stream's cover, so a burst of fences costs one
+//     sweep, not one per fence. Sweeps of one stream pass in the order they were recorded;
+//   - every device's non-blocking streams are looked at, whichever device's allocator recorded
+//     the fence (peer access lets another device's stream touch our memory); a sweep is recorded
+//     in its stream's device's context;
+//   - a stream registered after the record (born > epoch) needs nothing: the program got its
+//     handle after we registered it, so none of its work comes from before the free;
+//   - a stream destroyed since the record is no longer live but its retired event is in the
+//     retired list until it passed (the registry retires it before it leaves the list, and the
+//     live streams are looked at first, so a stream destroyed meanwhile is seen in one place or
+//     the other).
+// A fence thus passes in record order still (src/core/fenced.c relies on it): a fence later in
+// the clock needs the same streams' work up to a later point, and whatever covers it (an idle
+// answer or a sweep recorded after it) covers every earlier fence too.
+//
 // Events come from a pool per device (created with CU_EVENT_DISABLE_TIMING only when the pool is
 // empty), never one per free: the core records one fence per batch of frees.
 //
-// During a capture nothing may be recorded on the legacy stream (it would invalidate a global
-// capture), so record fails with CCI_EBACKEND and the core falls back (frees wait, as DEFERRED).
+// CAPTURE. During a capture nothing may be recorded on the legacy stream (it would invalidate a
+// global capture), so record fails with CCI_EBACKEND and the core falls back (frees wait, as
+// DEFERRED). A fence recorded before a capture began may be looked at during it: a capturing
+// stream must be neither queried nor given a sweep (both would join or break the capture), so
+// while a capture may be underway a stream that still needs a look keeps the fence pending
+// (query) or makes the wait fail (the core then defers the batch to a device synchronisation).
+// Sweeps and retired events recorded before the capture are only queried, which is allowed.
 // wait() blocks; the core never calls it with the allocator lock held.
 #include "backend_cuda_fence.h"
 
@@ -35,50 +70,73 @@
 
 // ---- events ---------------------------------------------------------------------------------
 
-// The last work of a destroyed stream: shared by every fence recorded while it may be pending.
-typedef struct retired {
+// An event shared by many fences, held by reference: a "retired" event (the last work of a
+// destroyed stream, in the retired list) or a "sweep" (a live non-blocking stream's work up to
+// some point on the fence clock, in the stream's cover). A waiter takes a reference for as long
+// as it blocks on the event, so the event cannot go back to the pool (and be recorded again)
+// under it.
+typedef struct shared_event {
     CUevent ev;
     int device;
-    int refs;  // the retired list's own reference, plus one per fence holding it
-    unsigned gen;
-    struct retired *next;
-} retired;
+    unsigned gen;             // the device's context generation the event belongs to
+    int refs;                 // its list's own reference, plus one per waiter; pool_lock
+    unsigned long long upto;  // sweep: covers the fences with seq <= upto; retired: unused
+    unsigned long long born;  // retired: the destroyed stream's registry number; sweep: unused
+    _Atomic int passed;       // known to have passed (a query or a wait saw it)
+    struct shared_event *next;
+} shared_event;
+
+// A live non-blocking stream's coverage (stream_registry.h). Read and written with the registry
+// lock held only (the registry hands it out under it, and retires or forgets it under it).
+struct cci_stream_cover {
+    unsigned long long covered;  // every fence with seq <= covered: the stream's work before it has run
+    shared_event *sweeps;        // pending sweeps, oldest (smallest upto) first
+};
 
 typedef struct fence_event {
     CUevent ev;
     int device;
-    retired *shared;  // NULL: the fence's own event, back to the pool at release
-    unsigned gen;     // the device's context generation the event belongs to
+    unsigned gen;  // the device's context generation the event belongs to
 } fence_event;
 
 typedef struct cuda_fence {
     size_t n, cap;
-    // Events [0, passed) are known to have passed. Atomic: query runs under the allocator lock,
-    // wait with it dropped, so both may look at one fence at once; it only ever grows.
+    // Legacy events [0, passed) are known to have passed. Atomic: query runs under the allocator
+    // lock, wait with it dropped, so both may look at one fence at once; it only ever grows.
     _Atomic size_t passed;
-    fence_event *ev;
+    fence_event *ev;               // one per device, on its legacy stream
+    unsigned long long seq;        // the fence's place on the fence clock
+    unsigned long long streams;    // the stream registry's epoch at the record
+    _Atomic int streams_covered;   // the lazy part is done: every stream it needed has run
 } cuda_fence;
 
-// One lock for the pools and the retired list; taken inside the registry lock (never around it).
+// One lock for the pools, the retired list and shared events' references; taken inside the
+// registry lock (never around it).
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct event_pool {
     CUevent *ev;
     size_t n, cap;
 } event_pool;
 static event_pool pools[CCI_PL_MAX_DEVICES];
-static retired *retired_list;
+static shared_event *retired_list;
 // Bumped when a device's primary context goes (cudaDeviceReset, cuDevicePrimaryCtxReset): its
 // events went with it, so an event of an older generation is forgotten, never reused.
 static unsigned generation[CCI_PL_MAX_DEVICES];
+// The fence clock: the last fence's seq. Read (seq_cst) before a stream is asked or swept, so
+// that every fence numbered up to the value read was recorded, hence its frees issued, before
+// the question: see cover_stream.
+static _Atomic unsigned long long fence_clock;
 
 // ---- what fences cost the host --------------------------------------------------------------
 // A fence is cheap when its events are recorded and queried, and costs the program's speed when
 // the host blocks on one (the GPU's queue drains while the CPU waits). The exit log says how much
 // of each happened, so that a slow run under the default mode can be put down to the waits or
-// cleared of them (CCI_LOG=info).
+// cleared of them (CCI_LOG=info). The lazy part's driver calls are counted on their own: stream
+// questions (cuStreamQuery), sweeps recorded, and shared events (sweeps, retired) queried.
 enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
-static _Atomic unsigned long long idle_skips;  // non-blocking streams found idle: no event needed
+static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
+    shared_queries;
 
 static unsigned long long now_ns(void)
 {
@@ -94,6 +152,11 @@ static void cost_add(int kind, unsigned long long since, size_t events)
     atomic_fetch_add_explicit(&cost_ns[kind], now_ns() - since, memory_order_relaxed);
 }
 
+static void count(_Atomic unsigned long long *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
 void cci_cuda_fence_log_costs(void)
 {
     unsigned long long c[COST_KINDS], e[COST_KINDS], ns[COST_KINDS];
@@ -104,17 +167,21 @@ void cci_cuda_fence_log_costs(void)
     }
     if (!c[COST_RECORD] && !c[COST_QUERY] && !c[COST_WAIT])
         return;
-    cci_log(CCI_LOG_INFO, "fence costs on the host: %llu records (%llu events, %llu idle streams "
-            "skipped) %.1f ms; %llu queries (%llu events) %.1f ms; %llu waits (%llu events) blocked "
-            "%.1f ms", c[COST_RECORD], e[COST_RECORD], atomic_load(&idle_skips), ns[COST_RECORD] / 1e6,
-            c[COST_QUERY], e[COST_QUERY], ns[COST_QUERY] / 1e6, c[COST_WAIT], e[COST_WAIT],
-            ns[COST_WAIT] / 1e6);
+    // The query and wait times include the lazy part's calls.
+    cci_log(CCI_LOG_INFO, "fence costs on the host: %llu records (%llu legacy-stream events) "
+            "%.1f ms; %llu queries (%llu events) %.1f ms; %llu waits (%llu events) blocked %.1f ms; "
+            "non-blocking streams, looked at lazily: %llu stream queries (%llu idle), %llu sweeps "
+            "recorded, %llu sweep/retired event queries", c[COST_RECORD], e[COST_RECORD],
+            ns[COST_RECORD] / 1e6, c[COST_QUERY], e[COST_QUERY], ns[COST_QUERY] / 1e6, c[COST_WAIT],
+            e[COST_WAIT], ns[COST_WAIT] / 1e6, atomic_load(&stream_checks),
+            atomic_load(&stream_idle_answers), atomic_load(&sweeps_recorded),
+            atomic_load(&shared_queries));
 }
 
 static int have_events(const cci_real_driver *t)
 {
     return t->cuEventCreate && t->cuEventRecord && t->cuEventQuery && t->cuEventSynchronize &&
-           t->cuEventDestroy_v2;
+           t->cuEventDestroy_v2 && t->cuStreamQuery;
 }
 
 // An event of `device` from the pool (created when the pool is empty). pool_lock held; inside
@@ -152,7 +219,7 @@ static void pool_put_locked(int device, CUevent e, unsigned gen)
     p->ev[p->n++] = e;
 }
 
-static void drop_retired_ref_locked(retired *r)
+static void drop_shared_ref_locked(shared_event *r)
 {
     if (--r->refs == 0) {
         pool_put_locked(r->device, r->ev, r->gen);
@@ -160,70 +227,36 @@ static void drop_retired_ref_locked(retired *r)
     }
 }
 
-static int fence_push(cuda_fence *f, CUevent e, int device, retired *shared, unsigned gen)
+static void drop_shared_ref(shared_event *r)
 {
-    if (f->n == f->cap) {
-        size_t want = f->cap ? 2 * f->cap : 8;
-        fence_event *grown = realloc(f->ev, want * sizeof *grown);
-        if (!grown)
-            return -1;
-        f->ev = grown;
-        f->cap = want;
-    }
-    f->ev[f->n++] = (fence_event){.ev = e, .device = device, .shared = shared, .gen = gen};
-    return 0;
+    pthread_mutex_lock(&pool_lock);
+    drop_shared_ref_locked(r);
+    pthread_mutex_unlock(&pool_lock);
 }
 
-// Records one pooled event of `device` on `s` into f. pool_lock held. 0 or -1.
-static int record_on_locked(cuda_fence *f, int device, CUstream s)
+// A pooled event of `device` recorded on `s`, or NULL. pool_lock NOT held (taken here).
+static CUevent record_event(int device, CUstream s, unsigned *gen)
 {
     cci_driver_scope sc;
     if (cci_cuda_enter(device, &sc))
-        return -1;
+        return NULL;
+    pthread_mutex_lock(&pool_lock);
     CUevent e = pool_get_locked(device);
+    *gen = generation[device];
     CUresult r = e ? cci_real_drv()->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
+    if (r != CUDA_SUCCESS && e) {
+        pool_put_locked(device, e, *gen);
+        e = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
     cci_cuda_leave(&sc);
-    unsigned gen = generation[device];
-    if (r != CUDA_SUCCESS) {
-        if (e)
-            pool_put_locked(device, e, gen);
+    if (!e)
         cci_log(CCI_LOG_DEBUG, "device %d: recording a fence event on stream %p failed "
                 "(CUresult %d)", device, (void *)s, r);
-        return -1;
-    }
-    if (fence_push(f, e, device, NULL, gen)) {
-        pool_put_locked(device, e, gen);
-        return -1;
-    }
-    return 0;
+    return e;
 }
 
-// A non-blocking stream with nothing queued needs no event: every piece of work queued on it
-// before this record has finished already. PyTorch creates its pool of 32 such streams at the
-// first use of one and mostly leaves them idle; an event on each, recorded at every fence and
-// queried at every poll, cost resnet ~180 ms of host time over 32 steps on the H100 (the fence
-// costs line at CCI_LOG=info). Work queued on the stream after the query is the program's after
-// the free, which the fence need not cover. A busy stream, or an answer other than "idle" (an
-// invalid handle: the record then reports it), gets its event.
-static int stream_idle(CUstream s)
-{
-    const cci_real_driver *t = cci_real_drv();
-    return t->cuStreamQuery && t->cuStreamQuery(s) == CUDA_SUCCESS;
-}
-
-static int record_on_stream(CUstream s, int device, void *arg)
-{
-    if (stream_idle(s)) {
-        atomic_fetch_add_explicit(&idle_skips, 1, memory_order_relaxed);
-        return 0;
-    }
-    pthread_mutex_lock(&pool_lock);
-    int rc = record_on_locked(arg, device, s);
-    pthread_mutex_unlock(&pool_lock);
-    return rc;
-}
-
-// 1 passed, 0 pending, -1 error. Inside no lock but pool_lock's caller's choice.
+// 1 passed, 0 pending, -1 error.
 static int event_passed(CUevent e, int device)
 {
     cci_driver_scope sc;
@@ -236,21 +269,251 @@ static int event_passed(CUevent e, int device)
     return r == CCI_CUDA_ERROR_NOT_READY ? 0 : -1;
 }
 
+// 0 or -1.
+static int event_wait(CUevent e, int device)
+{
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
+        return -1;
+    CUresult r = cci_real_drv()->cuEventSynchronize(e);
+    cci_cuda_leave(&sc);
+    if (r != CUDA_SUCCESS) {
+        cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
+                device, r);
+        return -1;
+    }
+    return 0;
+}
+
+// 1 passed (now or before), 0 pending, -1 error.
+static int shared_passed(shared_event *r)
+{
+    if (atomic_load_explicit(&r->passed, memory_order_acquire))
+        return 1;
+    count(&shared_queries);
+    int p = event_passed(r->ev, r->device);
+    if (p == 1)
+        atomic_store_explicit(&r->passed, 1, memory_order_release);
+    return p;
+}
+
 static void fence_free(cuda_fence *f)
 {
     pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < f->n; i++) {
-        if (f->ev[i].shared)
-            drop_retired_ref_locked(f->ev[i].shared);
-        else
-            pool_put_locked(f->ev[i].device, f->ev[i].ev, f->ev[i].gen);
-    }
+    for (size_t i = 0; i < f->n; i++)
+        pool_put_locked(f->ev[i].device, f->ev[i].ev, f->ev[i].gen);
     pthread_mutex_unlock(&pool_lock);
     free(f->ev);
     free(f);
 }
 
+// ---- the lazy part: non-blocking streams ----------------------------------------------------
+
+// What looking at the streams is for: a query (never blocks; collects nothing) or a wait
+// (collects, with a reference each, the shared events to block on once the locks are dropped).
+typedef struct look {
+    const cuda_fence *f;
+    int waiting;
+    int pending;                 // query: some stream's work before the fence has not run yet
+    shared_event **wait_on;      // wait: events to block on
+    size_t n, cap;
+} look;
+
+// Room for one more event to block on. 0 or -1.
+static int look_reserve(look *lk)
+{
+    if (lk->n < lk->cap)
+        return 0;
+    size_t want = lk->cap ? 2 * lk->cap : 8;
+    shared_event **grown = realloc(lk->wait_on, want * sizeof *grown);
+    if (!grown)
+        return -1;
+    lk->wait_on = grown;
+    lk->cap = want;
+    return 0;
+}
+
+// The wait will block on r: a reference keeps it out of the pool meanwhile. pool_lock held.
+static int look_collect_locked(look *lk, shared_event *r)
+{
+    if (look_reserve(lk))
+        return -1;
+    r->refs++;
+    lk->wait_on[lk->n++] = r;
+    return 0;
+}
+
+static int look_collect(look *lk, shared_event *r)
+{
+    pthread_mutex_lock(&pool_lock);
+    int rc = look_collect_locked(lk, r);
+    pthread_mutex_unlock(&pool_lock);
+    return rc;
+}
+
+// Forgets the sweeps at the head of the cover that have passed, raising `covered` to theirs:
+// sweeps of one stream pass in the order they were recorded. Registry lock held. 0 or -1.
+static int cover_advance(cci_stream_cover *c)
+{
+    while (c->sweeps) {
+        shared_event *sw = c->sweeps;
+        int p = shared_passed(sw);
+        if (p < 0)
+            return -1;
+        if (p == 0)
+            return 0;
+        if (sw->upto > c->covered)
+            c->covered = sw->upto;
+        c->sweeps = sw->next;
+        drop_shared_ref(sw);
+    }
+    return 0;
+}
+
+// The first pending sweep of the cover that covers fence seq, or NULL.
+static shared_event *sweep_covering(const cci_stream_cover *c, unsigned long long seq)
+{
+    for (shared_event *sw = c->sweeps; sw; sw = sw->next)
+        if (sw->upto >= seq)
+            return sw;
+    return NULL;
+}
+
+// Is the stream's work from before fence f done? Registry lock held (each_nonblocking).
+// 0 to go on (covered, or pending / collected: lk says which), -1 on error.
+static int cover_stream(const cci_stream_ref *ref, void *arg)
+{
+    look *lk = arg;
+    const cuda_fence *f = lk->f;
+    if (ref->born > f->streams)
+        return 0;  // registered after the record: none of its work is from before the free
+    cci_stream_cover *c = *ref->cover;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return -1;
+        *ref->cover = c;
+    }
+    if (c->covered >= f->seq)
+        return 0;
+    if (!lk->waiting && cover_advance(c))  // a wait blocks on the sweep instead of asking it
+        return -1;
+    if (c->covered >= f->seq)
+        return 0;
+    shared_event *sw = sweep_covering(c, f->seq);
+    if (sw) {
+        // Recorded after the fence (a look for this or a later fence): it passes once the
+        // stream's work before the fence has run.
+        if (lk->waiting)
+            return look_collect(lk, sw);
+        lk->pending = 1;
+        return 0;
+    }
+    if (cci_capture_maybe_active()) {
+        // The stream may be capturing: asking it or recording on it would join or break the
+        // capture. The fence stays pending; a wait fails and the core defers its blocks.
+        lk->pending = 1;
+        return lk->waiting ? -1 : 0;
+    }
+    // Every fence numbered up to `now` was recorded, hence its frees issued, before this point
+    // (seq_cst load after the records' increments): the stream's answer below reflects all work
+    // queued on it before those frees (CUDA sees work queued by any thread before the call).
+    unsigned long long now = atomic_load(&fence_clock);
+    count(&stream_checks);
+    CUresult q = cci_real_drv()->cuStreamQuery(ref->s);
+    if (q == CUDA_SUCCESS) {
+        // Idle now: everything queued on it before those fences has finished. Work queued after
+        // the query is the program's, after the frees; a later fence gets a look of its own.
+        count(&stream_idle_answers);
+        c->covered = now;
+        return 0;
+    }
+    if (q != CCI_CUDA_ERROR_NOT_READY) {
+        cci_log(CCI_LOG_DEBUG, "device %d: cuStreamQuery on stream %p for a fence failed "
+                "(CUresult %d)", ref->device, (void *)ref->s, q);
+        return -1;
+    }
+    // Busy: one sweep now, after all its work queued before those fences. Every fence up to
+    // `now` that still needs this stream shares it.
+    shared_event *n = calloc(1, sizeof *n);
+    if (!n)
+        return -1;
+    n->ev = record_event(ref->device, ref->s, &n->gen);
+    if (!n->ev) {
+        free(n);
+        return -1;
+    }
+    count(&sweeps_recorded);
+    n->device = ref->device;
+    n->refs = 1;
+    n->upto = now;
+    shared_event **tail = &c->sweeps;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = n;  // `now` is at least every earlier sweep's: the list stays in clock order
+    if (lk->waiting)
+        return look_collect(lk, n);
+    lk->pending = 1;
+    return 0;
+}
+
+// The retired events a fence must include: those of streams that existed at its record and whose
+// last work has not been seen to pass (passed ones leave the list). After the live streams.
+// 0 or -1.
+static int cover_retired(look *lk)
+{
+    int rc = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (shared_event **pr = &retired_list; rc == 0 && *pr;) {
+        shared_event *r = *pr;
+        if (r->born > lk->f->streams) {
+            pr = &r->next;
+            continue;
+        }
+        if (lk->waiting) {
+            if (!atomic_load(&r->passed))
+                rc = look_collect_locked(lk, r);
+            pr = &r->next;
+            continue;
+        }
+        int p = shared_passed(r);
+        if (p < 0) {
+            rc = -1;
+        } else if (p == 1) {
+            *pr = r->next;
+            drop_shared_ref_locked(r);
+            continue;
+        } else {
+            lk->pending = 1;
+        }
+        pr = &r->next;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return rc;
+}
+
+static void look_drop(look *lk)
+{
+    for (size_t i = 0; i < lk->n; i++)
+        drop_shared_ref(lk->wait_on[i]);
+    free(lk->wait_on);
+}
+
 // ---- the fence group ------------------------------------------------------------------------
+
+static int fence_push(cuda_fence *f, CUevent e, int device, unsigned gen)
+{
+    if (f->n == f->cap) {
+        size_t want = f->cap ? 2 * f->cap : 4;
+        fence_event *grown = realloc(f->ev, want * sizeof *grown);
+        if (!grown)
+            return -1;
+        f->ev = grown;
+        f->cap = want;
+    }
+    f->ev[f->n++] = (fence_event){.ev = e, .device = device, .gen = gen};
+    return 0;
+}
 
 static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
 {
@@ -265,33 +528,24 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     if (!f)
         return CCI_EBACKEND;
     unsigned long long t0 = now_ns();
+    // Every stream the program could have used before the free is registered by now.
+    f->streams = cci_stream_registry_epoch();
+    f->seq = atomic_fetch_add(&fence_clock, 1) + 1;
     int rc = 0;
-    pthread_mutex_lock(&pool_lock);
-    for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++)
-        if (cci_cuda_backend_primary(d, 0))
-            rc = record_on_locked(f, d, CCI_CU_STREAM_LEGACY);
-    pthread_mutex_unlock(&pool_lock);
-    if (rc == 0)
-        rc = cci_stream_registry_each_nonblocking(record_on_stream, f);
-    // After the live streams: a stream destroyed meanwhile was either recorded above or is in
-    // the retired list by now (the registry retires it before it leaves the list).
-    pthread_mutex_lock(&pool_lock);
-    for (retired **pr = &retired_list; rc == 0 && *pr;) {
-        retired *r = *pr;
-        int passed = event_passed(r->ev, r->device);
-        if (passed == 1) {
-            *pr = r->next;
-            drop_retired_ref_locked(r);
+    for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++) {
+        if (!cci_cuda_backend_primary(d, 0))
             continue;
-        }
-        if (passed < 0 || fence_push(f, r->ev, r->device, r, r->gen)) {
+        unsigned gen;
+        CUevent e = record_event(d, CCI_CU_STREAM_LEGACY, &gen);
+        if (!e || fence_push(f, e, d, gen)) {
+            if (e) {
+                pthread_mutex_lock(&pool_lock);
+                pool_put_locked(d, e, gen);
+                pthread_mutex_unlock(&pool_lock);
+            }
             rc = -1;
-            break;
         }
-        r->refs++;
-        pr = &r->next;
     }
-    pthread_mutex_unlock(&pool_lock);
     cost_add(COST_RECORD, t0, f->n);
     if (rc != 0 || f->n == 0) {
         fence_free(f);
@@ -327,6 +581,17 @@ static int fence_query(void *ctx, int device, cci_fence handle)
         }
         passed_at_least(f, i + 1);
     }
+    // The legacy part has passed: now, and only now, the non-blocking streams.
+    if (rc == 1 && !atomic_load_explicit(&f->streams_covered, memory_order_acquire)) {
+        look lk = {.f = f};
+        if (cci_stream_registry_each_nonblocking(cover_stream, &lk) || cover_retired(&lk))
+            rc = CCI_EBACKEND;
+        else if (lk.pending)
+            rc = 0;
+        else
+            atomic_store_explicit(&f->streams_covered, 1, memory_order_release);
+        look_drop(&lk);
+    }
     cost_add(COST_QUERY, t0, i - first);
     return rc;
 }
@@ -337,25 +602,39 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
     unsigned long long t0 = now_ns();
-    size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i;
+    size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i, waited = 0;
     int rc = CCI_OK;
+    // The legacy events first: once they have passed, the streams' looks below find most of the
+    // non-blocking streams idle, and the sweeps recorded cover as little extra work as possible.
     for (; i < f->n && rc == CCI_OK; i++) {
-        cci_driver_scope sc;
-        if (cci_cuda_enter(f->ev[i].device, &sc)) {
-            rc = CCI_EBACKEND;
-            break;
-        }
-        CUresult r = cci_real_drv()->cuEventSynchronize(f->ev[i].ev);
-        cci_cuda_leave(&sc);
-        if (r != CUDA_SUCCESS) {
-            cci_log(CCI_LOG_DEBUG, "device %d: cuEventSynchronize on a fence failed (CUresult %d)",
-                    f->ev[i].device, r);
+        if (event_wait(f->ev[i].ev, f->ev[i].device)) {
             rc = CCI_EBACKEND;
             break;
         }
         passed_at_least(f, i + 1);
     }
-    cost_add(COST_WAIT, t0, i - first);
+    waited = i - first;
+    if (rc == CCI_OK && !atomic_load_explicit(&f->streams_covered, memory_order_acquire)) {
+        look lk = {.f = f, .waiting = 1};
+        if (cci_stream_registry_each_nonblocking(cover_stream, &lk) || cover_retired(&lk))
+            rc = CCI_EBACKEND;
+        // Locks dropped: block on every sweep and retired event collected (each held by a
+        // reference), and mark it passed for the fences that share it.
+        for (size_t k = 0; rc == CCI_OK && k < lk.n; k++) {
+            if (atomic_load(&lk.wait_on[k]->passed))
+                continue;
+            if (event_wait(lk.wait_on[k]->ev, lk.wait_on[k]->device)) {
+                rc = CCI_EBACKEND;
+                break;
+            }
+            atomic_store_explicit(&lk.wait_on[k]->passed, 1, memory_order_release);
+            waited++;
+        }
+        if (rc == CCI_OK)
+            atomic_store_explicit(&f->streams_covered, 1, memory_order_release);
+        look_drop(&lk);
+    }
+    cost_add(COST_WAIT, t0, waited);
     return rc;
 }
 
@@ -366,14 +645,21 @@ static void fence_release(void *ctx, int device, cci_fence handle)
     fence_free((cuda_fence *)(uintptr_t)handle);
 }
 
-// A record makes one event on each device's legacy stream and one on each non-blocking stream:
-// the live streams bound it (blocking ones are covered by the legacy event, so this overcounts
-// them, which only makes the core more careful).
+// The cost of a fence: one event on the legacy stream of each device we hold a primary context
+// of, plus, in the worst case, one question per live stream (when the GPU keeps up with the CPU,
+// every fence gets a look of its own). The live streams bound the non-blocking ones (blocking
+// streams are overcounted, which only makes the core more careful). So the core's poor-fit
+// harvest (FENCED_FIT_HARVEST_MAX_WIDTH) stays off for programs with many streams, as before the
+// look was lazy: its gain there was never measured against that worst case.
 static unsigned fence_width(void *ctx, int device)
 {
     (void)ctx;
     (void)device;
-    size_t n = 1 + cci_stream_registry_live();
+    size_t n = cci_stream_registry_live();
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
+        n += cci_cuda_backend_primary_peek(d) != NULL;  // no lock: a moment's figure
+    if (n == 0)
+        n = 1;
     return n > UINT_MAX ? UINT_MAX : (unsigned)n;
 }
 
@@ -387,12 +673,29 @@ const cci_backend_fence_ops cci_cuda_fence_ops = {
 
 // ---- destroyed streams ----------------------------------------------------------------------
 
-void cci_cuda_fence_retire_stream(CUstream s, int device)
+void cci_cuda_fence_forget_cover(cci_stream_cover *c)
 {
+    if (!c)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    for (shared_event *sw = c->sweeps, *n; sw; sw = n) {
+        n = sw->next;
+        drop_shared_ref_locked(sw);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(c);
+}
+
+void cci_cuda_fence_retire_stream(CUstream s, int device, unsigned long long born,
+                                  cci_stream_cover *cover)
+{
+    // The retired event recorded below is after all of the stream's work, so it supersedes the
+    // stream's sweeps for every fence.
+    cci_cuda_fence_forget_cover(cover);
     const cci_real_driver *t = cci_real_drv();
     if ((unsigned)device >= CCI_PL_MAX_DEVICES || !have_events(t))
         return;
-    retired *r = calloc(1, sizeof *r);
+    shared_event *r = calloc(1, sizeof *r);
     cci_driver_scope sc;
     if (cci_cuda_enter(device, &sc))
         goto fail;
@@ -400,8 +703,8 @@ void cci_cuda_fence_retire_stream(CUstream s, int device)
     CUevent e = r ? pool_get_locked(device) : NULL;
     CUresult rc = e ? t->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
     if (rc == CUDA_SUCCESS) {
-        *r = (retired){.ev = e, .device = device, .refs = 1, .gen = generation[device],
-                       .next = retired_list};
+        *r = (shared_event){.ev = e, .device = device, .refs = 1, .gen = generation[device],
+                            .born = born, .next = retired_list};
         retired_list = r;
         r = NULL;
     } else if (e) {
@@ -424,14 +727,14 @@ void cci_cuda_fence_drop_device(int device)
     pthread_mutex_lock(&pool_lock);
     generation[device]++;
     pools[device].n = 0;  // forgotten, not destroyed: the reset destroys the context's events
-    for (retired **pr = &retired_list; *pr;) {
-        retired *r = *pr;
+    for (shared_event **pr = &retired_list; *pr;) {
+        shared_event *r = *pr;
         if (r->device != device) {
             pr = &r->next;
             continue;
         }
         *pr = r->next;
-        drop_retired_ref_locked(r);
+        drop_shared_ref_locked(r);
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -443,8 +746,11 @@ void cci_cuda_fence_atfork_child(void)
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
         pools[d].n = 0;
     retired_list = NULL;
-    atomic_store(&idle_skips, 0);
-    for (int k = 0; k < COST_KINDS; k++) {  // the child's exit line counts the child's fences
+    atomic_store(&stream_checks, 0);  // the child's exit line counts the child's fences
+    atomic_store(&stream_idle_answers, 0);
+    atomic_store(&sweeps_recorded, 0);
+    atomic_store(&shared_queries, 0);
+    for (int k = 0; k < COST_KINDS; k++) {
         atomic_store(&cost_calls[k], 0);
         atomic_store(&cost_events[k], 0);
         atomic_store(&cost_ns[k], 0);

@@ -6,14 +6,21 @@
 
 #include "backend.h"
 #include "real.h"
+#include "stream_registry.h"
 
 /// Wired into the CUDA backend's ops with CCI_CAP_FENCES (backend_cuda.c).
 extern const cci_backend_fence_ops cci_cuda_fence_ops;
 
 /// Before a stream is destroyed (called by the stream registry with its lock held): records an
-/// event on it that every fence recorded until it passes includes; if none can be recorded,
-/// waits for the stream's work instead.
-void cci_cuda_fence_retire_stream(CUstream s, int device);
+/// event on it that every fence recorded while the stream existed (born <= the fence's registry
+/// epoch) includes until it passes; if none can be recorded, waits for the stream's work instead.
+/// Frees the stream's cover (its sweeps are superseded by that event).
+void cci_cuda_fence_retire_stream(CUstream s, int device, unsigned long long born,
+                                  cci_stream_cover *cover);
+
+/// The stream's registry entry goes without a retire (its device's context goes): frees the
+/// cover; its events went with the context. NULL is fine.
+void cci_cuda_fence_forget_cover(cci_stream_cover *cover);
 
 /// Before a device's primary context goes (cci_cuda_backend_drop_device): its events go with it.
 void cci_cuda_fence_drop_device(int device);

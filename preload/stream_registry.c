@@ -8,6 +8,7 @@
 
 #include "allocator.h"
 #include "backend_cuda.h"
+#include "backend_cuda_fence.h"
 #include "log.h"
 #include "settings.h"
 #include "state.h"
@@ -89,6 +90,8 @@ typedef struct stream_entry {
     CUstream s;
     int device;
     unsigned flags;
+    unsigned long long born;   // cci_stream_ref.born
+    cci_stream_cover *cover;   // the fence group's, NULL until it looks at the stream
 } stream_entry;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -96,6 +99,9 @@ static stream_entry *entries;  // live streams, unordered
 static size_t nentries, capacity;
 static _Atomic size_t live_streams;  // nentries, for readers without the lock
 static unsigned long created;
+// Streams registered so far, the source of `born`. Written under the lock; a fence record reads
+// it without (seq_cst): a stream registered before the program could use it is counted.
+static _Atomic unsigned long long epoch;
 
 static ssize_t find_locked(CUstream s)
 {
@@ -127,14 +133,18 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
             entries = grown;
             capacity = want;
         }
-        entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags};
+        unsigned long long born = atomic_load(&epoch) + 1;
+        entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags, .born = born};
+        atomic_store(&epoch, born);
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         created++;
     }
     pthread_mutex_unlock(&registry_lock);
 }
 
-void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device))
+void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device,
+                                                           unsigned long long born,
+                                                           cci_stream_cover *cover))
 {
     if (!s)
         return;
@@ -146,7 +156,9 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
         entries[i] = entries[--nentries];
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         if (retire)
-            retire(e.s, e.device);
+            retire(e.s, e.device, e.born, e.cover);
+        else
+            cci_cuda_fence_forget_cover(e.cover);
     }
     pthread_mutex_unlock(&registry_lock);
 }
@@ -156,8 +168,10 @@ void cci_stream_registry_drop_device(int device)
     cci_streams_forget();
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < nentries;) {
-        if (entries[i].device == device)
+        if (entries[i].device == device) {
+            cci_cuda_fence_forget_cover(entries[i].cover);
             entries[i] = entries[--nentries];
+        }
         else
             i++;
     }
@@ -165,15 +179,24 @@ void cci_stream_registry_drop_device(int device)
     pthread_mutex_unlock(&registry_lock);
 }
 
-int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void *arg), void *arg)
+int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg)
 {
     int rc = 0;
     pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < nentries && rc == 0; i++)
-        if (entries[i].flags & CCI_CU_STREAM_NON_BLOCKING)
-            rc = fn(entries[i].s, entries[i].device, arg);
+    for (size_t i = 0; i < nentries && rc == 0; i++) {
+        stream_entry *e = &entries[i];
+        if (e->flags & CCI_CU_STREAM_NON_BLOCKING) {
+            cci_stream_ref r = {.s = e->s, .device = e->device, .born = e->born, .cover = &e->cover};
+            rc = fn(&r, arg);
+        }
+    }
     pthread_mutex_unlock(&registry_lock);
     return rc;
+}
+
+unsigned long long cci_stream_registry_epoch(void)
+{
+    return atomic_load(&epoch);
 }
 
 size_t cci_stream_registry_live(void)
@@ -224,7 +247,7 @@ void cci_stream_registry_atfork_child(void)
 {
     pthread_mutex_init(&registry_lock, NULL);
     pthread_mutex_init(&switch_lock, NULL);
-    nentries = 0;
+    nentries = 0;  // their covers are the parent's: forgotten with them
     atomic_store(&live_streams, 0);
     created = 0;
     atomic_store(&cci__rule_fenced, 0);

@@ -81,17 +81,40 @@ static inline void cci_rule_note_device(int device)
 
 // ---- the streams the program created ------------------------------------------------------
 
+/// The fence group's state for one live non-blocking stream (backend_cuda_fence.c): which fences
+/// its work is known to have passed, and its pending "sweep" events. Owned by the fence group,
+/// kept in the stream's registry entry so that it goes when the stream does.
+typedef struct cci_stream_cover cci_stream_cover;
+
+/// One live stream as the registry hands it to the fence group (with the registry lock held).
+typedef struct cci_stream_ref {
+    CUstream s;
+    int device;
+    /// The registry's number for this stream: 1 for the first stream registered, 2 for the
+    /// next... A fence that read cci_stream_registry_epoch() = N when it was recorded must cover
+    /// exactly the streams with born <= N: a later one was registered after the record, so none
+    /// of its work can come from before the free (the program gets the handle only after we
+    /// registered it).
+    unsigned long long born;
+    cci_stream_cover **cover;  ///< the fence group's slot, NULL until it first looks at the stream
+} cci_stream_ref;
+
 /// A stream was created (runtime or driver; the same handle seen twice is recorded once).
 void cci_stream_registry_add(CUstream s, int device, unsigned flags);
 /// The program is about to destroy `s`: it leaves the registry and, while the registry lock is
-/// held, `retire(s, device)` is called for it (the fence group keeps its last work covered).
-/// Unknown streams are ignored.
-void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device));
-/// The device's context goes (reset): so do its streams, without events.
+/// held, `retire(s, device, born, cover)` is called for it (the fence group keeps its last work
+/// covered, and frees its cover). Unknown streams are ignored.
+void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device,
+                                                           unsigned long long born,
+                                                           cci_stream_cover *cover));
+/// The device's context goes (reset): so do its streams, without events (their covers are
+/// forgotten through cci_cuda_fence_forget_cover).
 void cci_stream_registry_drop_device(int device);
 /// Calls fn for every live non-blocking stream with the registry lock held; stops at the first
 /// non-zero answer and returns it. The lock also orders fn against remove's `retire`.
-int cci_stream_registry_each_nonblocking(int (*fn)(CUstream s, int device, void *arg), void *arg);
+int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg);
+/// The number of the last stream registered so far (0: none); see cci_stream_ref.born.
+unsigned long long cci_stream_registry_epoch(void);
 /// Non-zero once a stream could not be recorded (out of host memory): fences cannot cover it,
 /// so the fence group refuses to record and the core synchronises the device instead.
 extern _Atomic int cci__stream_registry_incomplete;

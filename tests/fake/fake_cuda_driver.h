@@ -339,7 +339,16 @@ unsigned long long fakecu_procaddress_calls(const char *name);
 void *fakecu_ipc_handle_base(const void *handle, int *dev);
 /* 1 while any stream of any device has a capture sequence (active or invalidated). */
 int fakecu_capturing_any(void);
-/* Zero allocs/frees/sync/procaddress counters (not used bytes, not live allocations). */
+/* What fences cost the host, as driver calls (any caller, _ptsz twins included; cuStreamQuery
+ * and cuEventQuery counted whatever they answer). Zeroed by fakecu_reset_counters. */
+struct fakecu_event_calls {
+    unsigned long long stream_queries; /* cuStreamQuery */
+    unsigned long long event_records;  /* cuEventRecord */
+    unsigned long long event_queries;  /* cuEventQuery */
+    unsigned long long event_syncs;    /* cuEventSynchronize */
+};
+void fakecu_get_event_calls(struct fakecu_event_calls *out);
+/* Zero allocs/frees/sync/procaddress/event-call counters (not used bytes, not live allocations). */
 void fakecu_reset_counters(void);
 /*
  * Enqueue fn(arg) on a stream like cuLaunchHostFunc; drop(arg) (if not NULL)

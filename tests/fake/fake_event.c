@@ -61,17 +61,20 @@ out:
 
 FC_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
+    atomic_fetch_add(&g_cnt_event_record, 1);
     return event_record(hEvent, hStream, 0);
 }
 
 FC_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
+    atomic_fetch_add(&g_cnt_event_record, 1);
     return event_record(hEvent, hStream, 1);
 }
 
 FC_API CUresult cuEventQuery(CUevent hEvent)
 {
     ENTER();
+    atomic_fetch_add(&g_cnt_event_query, 1);
     pthread_mutex_lock(&g_lock);
     struct CUevent_st *e = event_find_locked(hEvent);
     CUresult r;
@@ -89,6 +92,7 @@ FC_API CUresult cuEventSynchronize(CUevent hEvent)
 {
     ENTER();
     atomic_fetch_add(&g_cnt_sync, 1);
+    atomic_fetch_add(&g_cnt_event_sync, 1);
     pthread_mutex_lock(&g_lock);
     struct CUevent_st *e = event_find_locked(hEvent);
     CUresult r = CUDA_SUCCESS;

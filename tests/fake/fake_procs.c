@@ -248,12 +248,24 @@ FC_API int fakecu_capturing_any(void)
     return v;
 }
 
+FC_API void fakecu_get_event_calls(struct fakecu_event_calls *out)
+{
+    out->stream_queries = atomic_load(&g_cnt_stream_query);
+    out->event_records = atomic_load(&g_cnt_event_record);
+    out->event_queries = atomic_load(&g_cnt_event_query);
+    out->event_syncs = atomic_load(&g_cnt_event_sync);
+}
+
 FC_API void fakecu_reset_counters(void)
 {
     atomic_store(&g_cnt_allocs, 0);
     atomic_store(&g_cnt_frees, 0);
     atomic_store(&g_cnt_sync, 0);
     atomic_store(&g_cnt_ctx_sync, 0);
+    atomic_store(&g_cnt_stream_query, 0);
+    atomic_store(&g_cnt_event_record, 0);
+    atomic_store(&g_cnt_event_query, 0);
+    atomic_store(&g_cnt_event_sync, 0);
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_npa; i++)
         g_pa[i].n = 0;

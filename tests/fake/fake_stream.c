@@ -513,11 +513,13 @@ out:
 
 FC_API CUresult cuStreamQuery(CUstream hStream)
 {
+    atomic_fetch_add(&g_cnt_stream_query, 1);
     return stream_query(hStream, 0);
 }
 
 FC_API CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
+    atomic_fetch_add(&g_cnt_stream_query, 1);
     return stream_query(hStream, 1);
 }
 

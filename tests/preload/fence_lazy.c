@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+// The fence group's lazy coverage of non-blocking streams (preload/backend_cuda_fence.c): a
+// fence record puts one event on the legacy stream; a non-blocking stream that existed at the
+// record is looked at only once the legacy part has passed (idle now: covered; busy: one shared
+// "sweep" event). Each scenario runs a real program under the preload on the fake CUDA, with a
+// pool of idle non-blocking streams beside the one that matters (PyTorch keeps 32).
+//
+//   fence_lazy SCENARIO
+//
+//   sweep-query   a late write held on non-blocking stream W, its block freed: the fence's legacy
+//                 part passes, W is busy, so the block must not be reused (the pool grows); once
+//                 W has run, the block comes back.
+//   sweep-wait    the same with no room to grow: the allocator waits for the fence, which must
+//                 wait for W's sweep (the held write runs first), so the new owner's data is kept.
+//   burst         many blocks written late on W and freed, one fence each: all share ONE sweep.
+//   born-after    a stream created after the record, busy with unrelated work, does not hold the
+//                 fence back (it cannot hold work from before the free).
+//   threads       several threads free blocks that their own non-blocking streams still write
+//                 (a real delay), destroying and creating streams meanwhile: nothing clobbered.
+//   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
+//                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
+//                 time); prints driver calls per fence record and checks the lazy bound.
+// Each safety scenario checks that the block WAS reused after the right event (so it proves the
+// path ran) and that no new owner's data was clobbered.
+#include "fake_cuda_driver.h"
+
+#include <pthread.h>
+
+#include "ptest.h"
+
+#define BIG ((size_t)12 << 20)  // >= 10 MiB: a segment of its own, so a reuse needs the fence
+#define OLD 0xAA
+#define NEW 0x5A
+#define POOL 32    // idle non-blocking streams, as PyTorch's pool
+#define BURST 16
+#define STEP ((size_t)2 << 20)
+
+static cudaStream_t pool[POOL];
+
+static cudaStream_t make_stream(unsigned flags)
+{
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, flags));
+    return s;
+}
+
+static void make_pool(void)
+{
+    for (int i = 0; i < POOL; i++)
+        pool[i] = make_stream(cudaStreamNonBlocking);
+}
+
+static void drop_pool(void)
+{
+    for (int i = 0; i < POOL; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
+static struct fakecu_event_calls calls(void)
+{
+    struct fakecu_event_calls c;
+    fakecu_get_event_calls(&c);
+    return c;
+}
+
+// The new owner's work: NEW on its stream, finished before any held work is released.
+static void new_owner_writes(void *q, cudaStream_t s)
+{
+    CUDA_OK(cudaMemsetAsync(q, NEW, BIG, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+}
+
+// Bytes freed but not reusable yet (PyTorch's "active" minus "allocated").
+static int64_t waiting_bytes(const ptest_api *api)
+{
+    cci_stats st = ptest_stats(api, 0);
+    return st.active_bytes[CCI_POOL_ALL].current - st.allocated_bytes[CCI_POOL_ALL].current;
+}
+
+static void sweep_query(void)
+{
+    ptest_api api = ptest_get_api();
+    make_pool();
+    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    void *p, *q, *r;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
+    CUDA_OK(cudaFree(p));
+    // A miss that p cannot serve (so nothing waits): p's fence is recorded. Once its legacy
+    // event has passed (the legacy stream synchronised), the next miss asks it again: W is
+    // busy, so it gets a sweep and the fence stays pending.
+    struct fakecu_event_calls c0 = calls();
+    CUDA_OK(cudaMalloc(&q, 2 * BIG));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    void *s2;
+    CUDA_OK(cudaMalloc(&s2, 3 * BIG));
+    struct fakecu_event_calls c1 = calls();
+    CHECK(waiting_bytes(&api) >= (int64_t)BIG,
+          "the fence stays pending while W still holds a write to the block (%lld B waiting)",
+          (long long)waiting_bytes(&api));
+    CHECK(c1.event_records - c0.event_records >= 2, "W got a sweep beside the legacy event");
+    new_owner_writes(q, o);
+    CUDA_OK(cudaStreamSynchronize(w));  // W's late write runs now, into p only
+    CUDA_OK(cudaMalloc(&r, BIG));
+    CHECK(r == p, "once W has run, the block comes back (its sweep passed)");
+    CHECK(waiting_bytes(&api) == 0, "nothing left waiting");
+    new_owner_writes(r, o);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(ptest_all_bytes(r, BIG, NEW) && ptest_all_bytes(q, BIG, NEW),
+          "both new owners' data intact");
+    CUDA_OK(cudaFree(s2));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(r));
+    CUDA_OK(cudaStreamDestroy(w));
+    CUDA_OK(cudaStreamDestroy(o));
+    drop_pool();
+}
+
+static void sweep_wait(void)
+{
+    // FAKECUDA_CAPACITY leaves room for one BIG block only: the allocator must wait.
+    make_pool();
+    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, BIG));
+    CHECK(q == p, "with no room to grow, the freed block is handed out after a wait");
+    new_owner_writes(q, o);
+    CUDA_OK(cudaDeviceSynchronize());  // whatever is still held runs now
+    CHECK(ptest_all_bytes(q, BIG, NEW),
+          "the new owner's data survived: the wait blocked on W's sweep, not only on the legacy stream");
+    CUDA_OK(fakecuda_stream_hold(w, 0));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaStreamDestroy(w));
+    CUDA_OK(cudaStreamDestroy(o));
+    drop_pool();
+}
+
+static void burst(void)
+{
+    ptest_api api = ptest_get_api();
+    make_pool();
+    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    void *p[BURST], *q[BURST];
+    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
+    struct fakecu_event_calls c0 = calls();
+    // Growing sizes: no pending block can serve the next request, so nothing waits; each
+    // request misses, which closes the batch before it (one fence per freed block).
+    for (int i = 0; i < BURST; i++) {
+        CUDA_OK(cudaMalloc(&p[i], BIG + (size_t)i * STEP));
+        fakecuda_delayed_fill(p[i], OLD, BIG, w, 0);
+        CUDA_OK(cudaFree(p[i]));
+        // The legacy parts pass at once (as on an idle GPU): only W holds the fences back.
+        CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    }
+    for (int i = 0; i < BURST; i++)
+        CUDA_OK(cudaMalloc(&q[i], BIG + (size_t)(BURST + i) * STEP));
+    struct fakecu_event_calls c1 = calls();
+    uint64_t records = ptest_stats(&api, 0).num_fence_records - records0;
+    // Events recorded = one legacy event per fence + the sweeps.
+    unsigned long long sweeps = c1.event_records - c0.event_records - records;
+    printf("burst: %llu fences, %llu sweeps, %llu stream queries\n", (unsigned long long)records,
+           sweeps, c1.stream_queries - c0.stream_queries);
+    CHECK(records >= BURST, "every freed block got a fence of its own (%llu)",
+          (unsigned long long)records);
+    CHECK(sweeps >= 1 && sweeps <= 2, "the fences waiting on W share its sweep (%llu sweeps for "
+          "%llu fences)", sweeps, (unsigned long long)records);
+    int reused = 0;
+    for (int i = 0; i < BURST; i++)
+        for (int j = 0; j < BURST; j++)
+            reused += q[i] == p[j];
+    CHECK(reused == 0, "none of the blocks W still writes was handed out");
+    for (int i = 0; i < BURST; i++)
+        CUDA_OK(cudaMemsetAsync(q[i], NEW, BIG, o));
+    CUDA_OK(cudaStreamSynchronize(o));
+    CUDA_OK(cudaStreamSynchronize(w));
+    for (int i = 0; i < BURST; i++)
+        CHECK(ptest_all_bytes(q[i], BIG, NEW), "owner %d's data intact", i);
+    for (int i = 0; i < BURST; i++)
+        CUDA_OK(cudaFree(q[i]));
+    CUDA_OK(cudaStreamDestroy(w));
+    CUDA_OK(cudaStreamDestroy(o));
+    drop_pool();
+}
+
+static void born_after(void)
+{
+    make_pool();
+    void *p, *q, *r;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(cudaMalloc(&q, BIG));
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaMalloc(&r, 2 * BIG));  // a miss: p and q's fence is recorded (and passes)
+    // Born after that record: busy with work that cannot touch p or q.
+    cudaStream_t late = make_stream(cudaStreamNonBlocking);
+    void *mine;
+    CUDA_OK(cudaMalloc(&mine, 4096));
+    CUDA_OK(fakecuda_stream_hold(late, 1));
+    fakecuda_delayed_fill(mine, OLD, 4096, late, 0);
+    void *again;
+    CUDA_OK(cudaMalloc(&again, BIG));
+    CHECK(again == p || again == q, "a stream created after the fence does not hold it back");
+    CHECK(!ptest_all_bytes(mine, 4096, OLD), "its held work was not waited for (still held)");
+    CUDA_OK(cudaStreamSynchronize(late));
+    CUDA_OK(cudaFree(again));
+    CUDA_OK(cudaFree(r));
+    CUDA_OK(cudaFree(mine));
+    CUDA_OK(cudaStreamDestroy(late));
+    drop_pool();
+}
+
+// Threads at once, each with a writer and an owner stream of its own: late writes (a real delay)
+// on the writer, the block freed, a new block written on the owner stream. Fences of every
+// thread look at every thread's streams, share sweeps, and see streams destroyed and created
+// again (retired events) while they are pending. No owner's data may be clobbered.
+#define THREADS 4
+#define ITERS 40
+#define SMALLER ((size_t)1 << 20)
+
+static void *churn_thread(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    unsigned char mark = (unsigned char)(0x10 + id);
+    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    int clobbered = 0;
+    for (int i = 0; i < ITERS; i++) {
+        void *p, *q;
+        size_t n = SMALLER * (size_t)(1 + (i + id) % 3);
+        CUDA_OK(cudaMalloc(&p, n));
+        fakecuda_delayed_fill(p, OLD, n, w, 200);
+        CUDA_OK(cudaFree(p));
+        CUDA_OK(cudaMalloc(&q, n));
+        CUDA_OK(cudaMemsetAsync(q, mark, n, o));
+        CUDA_OK(cudaStreamSynchronize(o));
+        CUDA_OK(cudaStreamSynchronize(w));  // the late write has run by now, wherever it went
+        clobbered += !ptest_all_bytes(q, n, mark);
+        CUDA_OK(cudaFree(q));
+        if (i % 8 == 7) {  // a destroyed writer: its last work is covered by its retired event
+            CUDA_OK(cudaStreamDestroy(w));
+            w = make_stream(cudaStreamNonBlocking);
+        }
+    }
+    CUDA_OK(cudaStreamDestroy(w));
+    CUDA_OK(cudaStreamDestroy(o));
+    return (void *)(intptr_t)clobbered;
+}
+
+static void threads(void)
+{
+    make_pool();
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, churn_thread, (void *)(intptr_t)i) == 0, "thread %d started", i);
+    int clobbered = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        clobbered += (int)(intptr_t)r;
+    }
+    CHECK(clobbered == 0, "no owner's data clobbered across %d threads x %d frees (%d clobbered)",
+          THREADS, ITERS, clobbered);
+    drop_pool();
+}
+
+static void count(int ahead)
+{
+    enum { ROUNDS = 8 };
+    ptest_api api = ptest_get_api();
+    make_pool();
+    void *warm;
+    CUDA_OK(cudaMalloc(&warm, BIG));  // the first segment, so that every step below is a miss
+    CUDA_OK(cudaFree(warm));
+    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
+    struct fakecu_event_calls c0 = calls();
+    for (int round = 0; round < ROUNDS; round++) {
+        // The GPU is busy with the last `ahead` steps: their fences' legacy events wait.
+        CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+        // Growing sizes: every step misses (no pending block can serve it, so nothing waits)
+        // and records the fence of the step before.
+        for (int step = 0; step < ahead; step++) {
+            void *p;
+            CUDA_OK(cudaMalloc(&p, BIG + (size_t)step * STEP));
+            CUDA_OK(cudaMemsetAsync(p, NEW, 4096, cudaStreamLegacy));
+            CUDA_OK(cudaFree(p));
+        }
+        CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+        CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));  // the GPU catches up
+        CHECK(api.empty_cache(0) == 0, "round %d: cache emptied (the next round misses again)", round);
+    }
+    void *last;
+    CUDA_OK(cudaMalloc(&last, BIG));  // the last batch's fence is recorded and asked
+    struct fakecu_event_calls c1 = calls();
+    double records = (double)(ptest_stats(&api, 0).num_fence_records - records0);
+    double sq = (double)(c1.stream_queries - c0.stream_queries);
+    double er = (double)(c1.event_records - c0.event_records);
+    double eq = (double)(c1.event_queries - c0.event_queries);
+    printf("count: %d idle non-blocking streams, CPU %d fences ahead: %.0f fence records; per "
+           "record: %.2f cuStreamQuery, %.2f cuEventRecord, %.2f cuEventQuery\n",
+           POOL, ahead, records, sq / records, er / records, eq / records);
+    CHECK(records >= (double)(ROUNDS * ahead), "one fence per step (%.0f)", records);
+    // Idle streams are asked at most once per round, for every fence recorded before it; a
+    // round happens when the oldest fence's legacy part has passed, about once per catch-up.
+    CHECK(sq <= (double)POOL * (ROUNDS + 1) * 1.5,
+          "idle streams asked about once per catch-up, not once per record (%.0f asks)", sq);
+    CHECK(er <= records + 1, "no sweeps on idle streams: one legacy event per record (%.0f)", er);
+    CUDA_OK(cudaFree(last));
+    drop_pool();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|count K\n");
+        return 2;
+    }
+    const char *sc = argv[1];
+    if (!strcmp(sc, "sweep-query"))
+        sweep_query();
+    else if (!strcmp(sc, "sweep-wait"))
+        sweep_wait();
+    else if (!strcmp(sc, "burst"))
+        burst();
+    else if (!strcmp(sc, "born-after"))
+        born_after();
+    else if (!strcmp(sc, "threads"))
+        threads();
+    else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
+        count(atoi(argv[2]));
+    else {
+        printf("unknown scenario %s\n", sc);
+        return 2;
+    }
+    return 0;
+}
