@@ -125,10 +125,15 @@ static void vmm_counts_add(cci_vmm_counts *sum, const cci_vmm_counts *c)
     sum->pool_pages += c->pool_pages;
     sum->pool_bytes += c->pool_bytes;
     sum->pool_bytes_peak += c->pool_bytes_peak;
+    sum->deferred_unmaps += c->deferred_unmaps;
+    sum->stream_waits += c->stream_waits;
+    sum->retiring_bytes += c->retiring_bytes;
+    sum->churn_raises += c->churn_raises;
 #define MAX_OF(f) (sum->f = c->f > sum->f ? c->f : sum->f)
     MAX_OF(pool_limit);
     MAX_OF(slack);
     MAX_OF(free_at_peak_max);
+    MAX_OF(churn_slack);
 #undef MAX_OF
 }
 

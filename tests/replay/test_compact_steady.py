@@ -74,6 +74,9 @@ def main():
             print(f"torch_run shape: peak reserved {three['peak_reserved_bytes'] / MiB:.0f} MiB, "
                   f"third run's VMM calls {moved}")
             check(not any(moved.values()), f"torch_run shape: the third run made VMM calls: {moved}")
+            check(three["vmm_calls"].get("churn_raises", 0) > 0
+                  and 0 < three["vmm_calls"].get("churn_slack_bytes", 0) <= 50 * MiB,
+                  f"torch_run shape: ccreplay shows the churn ceiling at work: {three['vmm_calls']}")
             check(three["peak_reserved_bytes"] <= PYTORCH_EXPANDABLE_MIB * MiB,
                   f"torch_run shape: peak reserved {three['peak_reserved_bytes'] / MiB:.0f} MiB above "
                   f"{PYTORCH_EXPANDABLE_MIB}")
