@@ -79,6 +79,28 @@ static uintptr_t must_alloc(fixture *f, size_t size)
     return p;
 }
 
+// One step of a random workload over `nslots` slots, driven by a 64-bit LCG (*rng advances; its
+// bits below 33 are left for the caller's size): frees the block of the slot it picks and returns
+// -1, or returns the empty slot's index for the caller to fill.
+static int free_or_pick(fixture *f, uintptr_t *slot, int nslots, uint64_t *rng)
+{
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    int i = (int)((*rng >> 33) % (uint64_t)nslots);
+    if (!slot[i])
+        return i;
+    cci_free(f->a, slot[i], 0, CCI_FREE_NOW);
+    slot[i] = 0;
+    return -1;
+}
+
+// Frees what a random workload left in its slots.
+static void free_slots(fixture *f, const uintptr_t *slot, int nslots)
+{
+    for (int i = 0; i < nslots; i++)
+        if (slot[i])
+            cci_free(f->a, slot[i], 0, CCI_FREE_NOW);
+}
+
 static size_t block_size(fixture *f, uintptr_t p)
 {
     size_t n = 0;
@@ -343,13 +365,9 @@ static void test_slack_bounded(void)
     uintptr_t slot[SLOTS] = {0};
     uint64_t rng = 12345, peak = 0, worst = 0;
     for (int op = 0; op < OPS; op++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        int i = (int)((rng >> 33) % SLOTS);
-        if (slot[i]) {
-            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
-            slot[i] = 0;
+        int i = free_or_pick(&f, slot, SLOTS, &rng);
+        if (i < 0)
             continue;
-        }
         size_t pages = 1 + (size_t)((rng >> 17) % ((op / 1000 + 1) * 8));  // sizes drift upward
         slot[i] = must_alloc(&f, pages * 2 * MiB);
         cci_stats st = stats(&f);
@@ -374,9 +392,7 @@ static void test_slack_bounded(void)
           (unsigned long long)n.free_at_peak_max, (unsigned long long)worst);
     counts_match_device(&f, "slack run");
     consistent(&f, "slack run");
-    for (int i = 0; i < SLOTS; i++)
-        if (slot[i])
-            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
+    free_slots(&f, slot, SLOTS);
     done(&f);
 }
 
@@ -530,13 +546,9 @@ static void test_churn_ceiling_bounded(void)
     uintptr_t slot[SLOTS] = {0};
     uint64_t rng = 987654321, peak = 0;
     for (int op = 0; op < OPS; op++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        int i = (int)((rng >> 33) % SLOTS);
-        if (slot[i]) {
-            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
-            slot[i] = 0;
+        int i = free_or_pick(&f, slot, SLOTS, &rng);
+        if (i < 0)
             continue;
-        }
         slot[i] = must_alloc(&f, (1 + (size_t)((rng >> 17) % 24)) * 2 * MiB);
         cci_stats st = stats(&f);
         cci_vmm_counts n = counts(&f);
@@ -558,9 +570,7 @@ static void test_churn_ceiling_bounded(void)
     cci_vmm_counts n = counts(&f);
     CHECK(n.churn_raises > 0, "the run churned and raised the ceiling (%llu reclaims)", (unsigned long long)n.reclaims);
     consistent(&f, "churn ceiling run");
-    for (int i = 0; i < SLOTS; i++)
-        if (slot[i])
-            cci_free(f.a, slot[i], 0, CCI_FREE_NOW);
+    free_slots(&f, slot, SLOTS);
     done(&f);
 }
 
