@@ -587,7 +587,7 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
                                                               uint64_t stream)
 {
     cci_block *b = NULL;
-    if (cci__fenced_harvest(a))
+    if (cci__fenced_harvest(a, CCI_ASK_IN_FULL))
         b = take_free_block(a, rounded, small, stream);
     while (!b && cci__fenced_wait_for(a, rounded, small, stream, 0))
         b = take_free_block(a, rounded, small, stream);
@@ -620,9 +620,11 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
     int harvest = width <= FENCED_FIT_HARVEST_MAX_WIDTH && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
     if (harvest)
         a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
-    if (harvest ? cci__fenced_harvest(a) : cci__fenced_poll(a))
+    if (harvest ? cci__fenced_harvest(a, CCI_ASK_IN_PASSING) : cci__fenced_poll(a, CCI_ASK_IN_PASSING))
         c = take_free_block(a, rounded, small, stream);
-    while (!c && cci__fenced_wait_for(a, rounded, small, stream, FENCED_FIT_SPARE))
+    // The backend put finding out off (too costly now): a wait would pay that cost and more,
+    // for a closer fit only, so the poor fit stands.
+    while (!c && !a->fence_put_off && cci__fenced_wait_for(a, rounded, small, stream, FENCED_FIT_SPARE))
         c = take_free_block(a, rounded, small, stream);
     return c ? c : take_free_block(a, rounded, small, stream);
 }

@@ -106,6 +106,7 @@ struct cci_allocator {
     cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
     size_t fenced_count;                  // blocks in the open and the closed batches
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
+    int fence_put_off;                    // the last poll's oldest fence was not found out (fenced.c)
     uint64_t stream_handovers;            // whole free segments given to another stream (stream_handover.c)
 
     // Per-thread caches (tcache.c).
@@ -139,12 +140,17 @@ void cci__complete_block(cci_allocator *a, cci_block *b);
 // Fenced frees (fenced.c). The lock is held on entry and exit; the functions that wait drop it
 // around the wait, so callers search the free set again afterwards.
 void cci__fenced_free(cci_allocator *a, cci_block *b);
+/// How a harvest or poll asks the fences: IN_PASSING where a pending answer costs only a later
+/// reuse (the periodic tick, the poor-fit check, which goes on to wait for an older batch if it
+/// must), so the backend may put an expensive check off (backend.h, poll); IN_FULL before the
+/// pool would grow, where a fence that has passed must be seen to have.
+enum { CCI_ASK_IN_FULL = 0, CCI_ASK_IN_PASSING = 1 };
 /// Without blocking: puts the open batch behind a fence and makes every batch whose fence has
 /// passed reusable. 1 when something became reusable.
-int cci__fenced_harvest(cci_allocator *a);
+int cci__fenced_harvest(cci_allocator *a, int ask);
 /// The same without closing the open batch (no fence recorded): only the closed batches whose
 /// fence has passed become reusable. 1 when some did.
-int cci__fenced_poll(cci_allocator *a);
+int cci__fenced_poll(cci_allocator *a, int ask);
 /// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
 /// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`

@@ -27,6 +27,8 @@ enum cci_backend_caps {
 
 /// A fence: an opaque handle the backend hands out; 0 is never a valid fence.
 typedef uint64_t cci_fence;
+/// fence_ops.poll's "not found out" (neither passed nor known to be pending).
+#define CCI_FENCE_PUT_OFF 2
 /// The stream key that stands for "every stream of the device" in fence_ops.record.
 #define CCI_STREAM_ALL UINT64_MAX
 
@@ -81,6 +83,12 @@ typedef struct cci_backend_fence_ops {
     /// Optional (NULL: 1): how many stream events one record makes now, the cost of a fence. The
     /// core records extra fences (on a poor fit) only where they are cheap.
     unsigned (*width)(void *ctx, int device);
+    /// Optional (NULL: query): the same question asked in passing (the core's periodic tick and
+    /// its poor-fit check), where not knowing costs only a later reuse. Returns as query does, or
+    /// CCI_FENCE_PUT_OFF: the backend did not find out, because finding out costs more than the
+    /// asker's gain is worth now (the core then does not wait for that fence either). It must
+    /// answer in full again within a bounded time, so that nothing stays pending for ever.
+    int (*poll)(void *ctx, int device, cci_fence f);
 } cci_backend_fence_ops;
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.

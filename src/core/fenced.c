@@ -130,20 +130,27 @@ static void defer_oldest(cci_allocator *a)
 void cci__fenced_tick(cci_allocator *a)
 {
     a->fence_tick = 0;
-    cci__fenced_harvest(a);
+    cci__fenced_harvest(a, CCI_ASK_IN_PASSING);
 }
 
-int cci__fenced_harvest(cci_allocator *a)
+int cci__fenced_harvest(cci_allocator *a, int ask)
 {
     close_open_batch(a);
-    return cci__fenced_poll(a);
+    return cci__fenced_poll(a, ask);
 }
 
-int cci__fenced_poll(cci_allocator *a)
+int cci__fenced_poll(cci_allocator *a, int ask)
 {
+    int (*q_fn)(void *, int, cci_fence) =
+        ask == CCI_ASK_IN_PASSING && a->fences->poll ? a->fences->poll : a->fences->query;
     int got = 0;
+    a->fence_put_off = 0;
     while (a->fb_head) {
-        int q = a->fences->query(a->be.ctx, a->device, a->fb_head->fence);
+        int q = q_fn(a->be.ctx, a->device, a->fb_head->fence);
+        if (q == CCI_FENCE_PUT_OFF) {
+            a->fence_put_off = 1;
+            break;
+        }
         if (q == 0)
             break;  // fences pass in record order: the newer ones are pending too
         if (q < 0) {
@@ -242,7 +249,7 @@ int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t s
 
 int cci__fenced_drain(cci_allocator *a)
 {
-    int got = cci__fenced_harvest(a);
+    int got = cci__fenced_harvest(a, CCI_ASK_IN_FULL);
     while (a->fb_tail)
         got |= wait_batch(a, a->fb_tail);
     return got;

@@ -17,6 +17,9 @@
 //                 fence back (it cannot hold work from before the free).
 //   threads       several threads free blocks that their own non-blocking streams still write
 //                 (a real delay), destroying and creating streams meanwhile: nothing clobbered.
+//   keeps-up      the GPU keeps up with the CPU (resnet on the H100): looks asked in passing are
+//                 put off until several fences wait, so the idle pool is asked about once per
+//                 8 records, not once per record, and the loop still never grows the pool.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
@@ -313,10 +316,56 @@ static void count(int ahead)
     drop_pool();
 }
 
+// The GPU keeps up with the CPU (nothing held): every fence's legacy part has passed by the next
+// periodic tick, so without putting looks off every fence would get a look of its own (~POOL
+// stream questions a record, what resnet paid on the H100). The steady loop is served from free
+// blocks (no miss, so no ask in full): only the ticks and poor-fit checks ask, in passing.
+static void keeps_up(void)
+{
+    enum { RESERVE = 512, LIVE = 64, FREES = 8192 };
+    const size_t sz = 64 << 10;
+    ptest_api api = ptest_get_api();
+    make_pool();
+    static void *reserve[RESERVE], *live[LIVE];
+    for (int i = 0; i < RESERVE; i++)
+        CUDA_OK(cudaMalloc(&reserve[i], sz));
+    for (int i = 0; i < RESERVE; i++)
+        CUDA_OK(cudaFree(reserve[i]));
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < LIVE; i++)
+        CUDA_OK(cudaMalloc(&live[i], sz));
+    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
+    uint64_t reserved0 = (uint64_t)ptest_stats(&api, 0).reserved_bytes[0].current;
+    struct fakecu_event_calls c0 = calls();
+    for (int i = 0; i < FREES; i++) {
+        int k = i % LIVE;
+        CUDA_OK(cudaMemsetAsync(live[k], NEW, 256, cudaStreamLegacy));
+        CUDA_OK(cudaFree(live[k]));
+        CUDA_OK(cudaMalloc(&live[k], sz));
+    }
+    struct fakecu_event_calls c1 = calls();
+    cci_stats st = ptest_stats(&api, 0);
+    double records = (double)(st.num_fence_records - records0);
+    double sq = (double)(c1.stream_queries - c0.stream_queries);
+    printf("keeps-up: %d idle non-blocking streams, %d frees: %.0f fence records, %.2f cuStreamQuery "
+           "a record; reserved %llu -> %llu bytes\n", POOL, FREES, records, records ? sq / records : 0,
+           (unsigned long long)reserved0, (unsigned long long)st.reserved_bytes[0].current);
+    CHECK(records >= FREES / 32, "the loop recorded fences (%.0f)", records);
+    // One look covers every fence recorded before it: put off until several fences wait, the
+    // idle pool is asked about once per LOOK_EVERY_FENCES (8) records, not once per record.
+    CHECK(sq <= records * POOL / 4, "idle streams asked at most once per 4 records (%.2f a record)",
+          records ? sq / records : 0);
+    CHECK(st.reserved_bytes[0].current == (int64_t)reserved0,
+          "the loop was served from the reserve: no growth while looks were put off");
+    for (int i = 0; i < LIVE; i++)
+        CUDA_OK(cudaFree(live[i]));
+    drop_pool();
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|count K\n");
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -330,6 +379,8 @@ int main(int argc, char **argv)
         born_after();
     else if (!strcmp(sc, "threads"))
         threads();
+    else if (!strcmp(sc, "keeps-up"))
+        keeps_up();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
         count(atoi(argv[2]));
     else {
