@@ -575,9 +575,8 @@ static void passed_at_least(cuda_fence *f, size_t n)
 // steps: 3-5 % of that host-bound run's wall time. So looks asked in passing are rationed to
 // about 2 % of the host's time (the last look's cost, measured, sets the pause before the
 // next: about 2 ms after a 42 us look), which also bounds how long a passed fence waits for its
-// look. A rationed ask answers CCI_FENCE_PUT_OFF, and the core then does not wait for a closer
-// fit either (a wait would look). Never rationed where a look is cheap (few streams); an ask in
-// full (before the pool would grow) and a wait always look.
+// look. A rationed ask answers CCI_FENCE_PUT_OFF. Never rationed where a look is cheap (few
+// streams); an ask in full (a poor fit, a miss) and a wait always look.
 #define LOOK_TIME_SHARE 50  // a look, then at least 50 times its cost before the next
 #define LOOK_CHEAP_STREAMS 4
 

@@ -106,6 +106,7 @@ if part_on hazards; then
     # tests/gpu/hazard_gpu.cu: natively and under the preload every scenario must be intact; with
     # immediate_reuse:True (unsafe by design) the cross-stream scenarios are expected to show
     # corruption, which proves the program sees the hazard.
+    mkdir -p "$CCI_BIN"  # the examples part makes it, but it may be left out (CHECK_PARTS)
     if cci_run 120 "$OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
             -o "$CCI_BIN/hazard_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -lcuda; then
         cci_run 120 "$OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1

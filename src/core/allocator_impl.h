@@ -106,7 +106,6 @@ struct cci_allocator {
     cci_fence_batch *fb_head, *fb_tail;   // closed batches, each behind its fence, oldest first
     size_t fenced_count;                  // blocks in the open and the closed batches
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
-    int fence_put_off;                    // the last poll's oldest fence was not found out (fenced.c)
     uint64_t stream_handovers;            // whole free segments given to another stream (stream_handover.c)
 
     // Per-thread caches (tcache.c).
@@ -141,9 +140,8 @@ void cci__complete_block(cci_allocator *a, cci_block *b);
 // around the wait, so callers search the free set again afterwards.
 void cci__fenced_free(cci_allocator *a, cci_block *b);
 /// How a harvest or poll asks the fences: IN_PASSING where a pending answer costs only a later
-/// reuse (the periodic tick, the poor-fit check, which goes on to wait for an older batch if it
-/// must), so the backend may put an expensive check off (backend.h, poll); IN_FULL before the
-/// pool would grow, where a fence that has passed must be seen to have.
+/// reuse (the periodic tick), so the backend may put an expensive check off (backend.h, poll);
+/// IN_FULL where a pending answer leads to a wait, a worse fit or a growth.
 enum { CCI_ASK_IN_FULL = 0, CCI_ASK_IN_PASSING = 1 };
 /// Without blocking: puts the open batch behind a fence and makes every batch whose fence has
 /// passed reusable. 1 when something became reusable.

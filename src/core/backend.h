@@ -83,11 +83,10 @@ typedef struct cci_backend_fence_ops {
     /// Optional (NULL: 1): how many stream events one record makes now, the cost of a fence. The
     /// core records extra fences (on a poor fit) only where they are cheap.
     unsigned (*width)(void *ctx, int device);
-    /// Optional (NULL: query): the same question asked in passing (the core's periodic tick and
-    /// its poor-fit check), where not knowing costs only a later reuse. Returns as query does, or
-    /// CCI_FENCE_PUT_OFF: the backend did not find out, because finding out costs more than the
-    /// asker's gain is worth now (the core then does not wait for that fence either). It must
-    /// answer in full again within a bounded time, so that nothing stays pending for ever.
+    /// Optional (NULL: query): the same question asked in passing (the core's periodic tick),
+    /// where not knowing costs only a later reuse. Returns as query does, or CCI_FENCE_PUT_OFF:
+    /// the backend did not find out, because finding out costs more than it is worth now. It
+    /// must answer in full again within a bounded time, so that nothing stays pending for ever.
     int (*poll)(void *ctx, int device, cci_fence f);
 } cci_backend_fence_ops;
 

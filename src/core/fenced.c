@@ -144,15 +144,10 @@ int cci__fenced_poll(cci_allocator *a, int ask)
     int (*q_fn)(void *, int, cci_fence) =
         ask == CCI_ASK_IN_PASSING && a->fences->poll ? a->fences->poll : a->fences->query;
     int got = 0;
-    a->fence_put_off = 0;
     while (a->fb_head) {
         int q = q_fn(a->be.ctx, a->device, a->fb_head->fence);
-        if (q == CCI_FENCE_PUT_OFF) {
-            a->fence_put_off = 1;
-            break;
-        }
-        if (q == 0)
-            break;  // fences pass in record order: the newer ones are pending too
+        if (q == 0 || q == CCI_FENCE_PUT_OFF)
+            break;  // fences pass in record order: the newer ones are pending too (or not asked)
         if (q < 0) {
             defer_oldest(a);
             continue;

@@ -316,20 +316,23 @@ static void count(int ahead)
     drop_pool();
 }
 
-// The GPU keeps up with the CPU (nothing held): every fence's legacy part has passed by the next
+// The GPU keeps up with the CPU (no work queued): every fence's legacy part has passed by the next
 // periodic tick, so without putting looks off every fence would get a look of its own (~POOL
 // stream questions a record, what resnet paid on the H100). The steady loop is served from free
-// blocks (no miss, so no ask in full): only the ticks and poor-fit checks ask, in passing.
+// blocks of its exact size (no miss, no poor fit: nothing asks in full), so only the periodic
+// ticks ask, in passing.
 static void keeps_up(void)
 {
     enum { RESERVE = 512, LIVE = 64, FREES = 8192 };
     const size_t sz = 64 << 10;
     ptest_api api = ptest_get_api();
     make_pool();
-    static void *reserve[RESERVE], *live[LIVE];
-    for (int i = 0; i < RESERVE; i++)
+    // Free blocks of exactly the loop's size, kept apart by live spacers so that they cannot
+    // merge: every allocation below is an exact fit (no poor-fit check, which asks in full).
+    static void *reserve[2 * RESERVE], *live[LIVE];
+    for (int i = 0; i < 2 * RESERVE; i++)
         CUDA_OK(cudaMalloc(&reserve[i], sz));
-    for (int i = 0; i < RESERVE; i++)
+    for (int i = 0; i < 2 * RESERVE; i += 2)
         CUDA_OK(cudaFree(reserve[i]));
     CUDA_OK(cudaDeviceSynchronize());
     for (int i = 0; i < LIVE; i++)
@@ -339,7 +342,6 @@ static void keeps_up(void)
     struct fakecu_event_calls c0 = calls();
     for (int i = 0; i < FREES; i++) {
         int k = i % LIVE;
-        CUDA_OK(cudaMemsetAsync(live[k], NEW, 256, cudaStreamLegacy));
         CUDA_OK(cudaFree(live[k]));
         CUDA_OK(cudaMalloc(&live[k], sz));
     }
@@ -359,6 +361,8 @@ static void keeps_up(void)
           "the loop was served from the reserve: no growth while looks were put off");
     for (int i = 0; i < LIVE; i++)
         CUDA_OK(cudaFree(live[i]));
+    for (int i = 1; i < 2 * RESERVE; i += 2)
+        CUDA_OK(cudaFree(reserve[i]));
     drop_pool();
 }
 
