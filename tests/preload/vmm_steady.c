@@ -3,7 +3,7 @@
 // with ordinary segments (VMM calls happen only when the pool grows or shrinks)". On an H100 one
 // map, unmap or set-access costs tens of microseconds, so a mode that calls the driver in steady
 // state shows up in wall time only as noise-prone nanoseconds per op; the fake's call counters
-// show it exactly, and the same on every run.
+// show it exactly.
 //
 //   vmm_steady [--keeps-pages]
 //
@@ -12,9 +12,9 @@
 // (bench_util.h: the same slots, sizes and random sequence) for MIXED_PASSES passes. Prints the
 // fake driver's VMM calls for each phase. Fails when the WARM_PAIRS cached pairs of a size make
 // any VMM call; with --keeps-pages (expandable_segments:True, whose frees never unmap), also when
-// any mixed pass unmaps or releases a page. The mixed passes' other counts depend on when the
-// fake's worker thread completes the fenced frees, so they are printed, not checked (the core's
-// test_expandable checks them deterministically on the simulated device).
+// any mixed pass unmaps or releases a page. Compact mode's mixed counts depend on when the fake's
+// worker thread passes the fences its moved pages' old mappings wait for, so they are printed, not
+// checked (test_expandable counts the same passes deterministically on the simulated device).
 #include "fake_cuda_driver.h"
 
 #include "bench_util.h"
