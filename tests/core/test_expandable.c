@@ -9,6 +9,7 @@
 #include "allocator_impl.h"
 #include "vmm_counts.h"
 #include "testutil.h"
+#include "../bench/bench_util.h"
 
 typedef struct fixture {
     cci_sim_device *sim;
@@ -593,6 +594,94 @@ static void test_churn_ceiling_under_pressure(void)
     done(&f);
 }
 
+
+// VMM calls between two counts: maps, unmaps, set-access, page creates and releases.
+static uint64_t calls_since(const cci_vmm_counts *n0, const cci_vmm_counts *n)
+{
+    return (n->maps - n0->maps) + (n->unmaps - n0->unmaps) + (n->set_access - n0->set_access) +
+           (n->page_creates - n0->page_creates) + (n->page_releases - n0->page_releases);
+}
+
+// Issue 13: "a cached alloc+free pair no slower than with ordinary segments (VMM calls happen only
+// when the pool grows or shrinks)", on the benchmark's mixed workload (bench_util.h: 256 slots,
+// log-uniform 512 B .. 64 MiB, bench_alloc's random sequence), counted per pass of 20000 ops.
+// The workload is a random walk: its allocated peak still rises in passes 2, 3 and 5.
+// - expandable_segments:True never gives a page back on a free, and calls the driver only in a
+//   pass where reserved sets a new peak, mapping no more than that rise;
+// - compact_segments:True moves pages to keep reserved within its slack and churn ceiling of the
+//   allocated peak: it must stay under what expandable segments reserve on the same run, and its
+//   calls are printed (docs/benchmarks.md, session 6: on this workload the ceiling that would stop
+//   the moves is ~1.12x the allocated peak, past the 1.03x target).
+enum { MIXED_PASSES = 6 };
+
+typedef struct mixed_run {
+    cci_vmm_counts n[MIXED_PASSES + 1];  // before pass p, and after the last
+    int64_t reserved_peak[MIXED_PASSES + 1], alloc_peak[MIXED_PASSES + 1];
+} mixed_run;
+
+static void run_mixed(const char *conf, mixed_run *r)
+{
+    fixture f = make(conf, 0);
+    static uintptr_t slot[BU_MIXED_SLOTS];
+    memset(slot, 0, sizeof slot);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int p = 0; p <= MIXED_PASSES; p++) {
+        r->n[p] = counts(&f);
+        cci_stats st = stats(&f);
+        r->reserved_peak[p] = st.reserved_bytes[CCI_POOL_ALL].peak;
+        r->alloc_peak[p] = st.allocated_bytes[CCI_POOL_ALL].peak;
+        if (p > 0)
+            printf("%s, mixed pass %d: %llu VMM calls (%llu maps, %llu unmaps, %llu set-access, %llu creates, "
+                   "%llu releases, %llu reclaims), reserved peak %.1f MiB, allocated peak %.1f MiB\n",
+                   conf, p, (unsigned long long)calls_since(&r->n[p - 1], &r->n[p]),
+                   (unsigned long long)(r->n[p].maps - r->n[p - 1].maps),
+                   (unsigned long long)(r->n[p].unmaps - r->n[p - 1].unmaps),
+                   (unsigned long long)(r->n[p].set_access - r->n[p - 1].set_access),
+                   (unsigned long long)(r->n[p].page_creates - r->n[p - 1].page_creates),
+                   (unsigned long long)(r->n[p].page_releases - r->n[p - 1].page_releases),
+                   (unsigned long long)(r->n[p].reclaims - r->n[p - 1].reclaims), r->reserved_peak[p] / 1048576.0,
+                   r->alloc_peak[p] / 1048576.0);
+        if (p == MIXED_PASSES)
+            break;
+        for (int op = 0; op < BU_MIXED_OPS; op++) {
+            unsigned k = (unsigned)(bu_rand(&rng) % BU_MIXED_SLOTS);
+            if (slot[k]) {
+                cci_free(f.a, slot[k], 0, CCI_FREE_NOW);
+                slot[k] = 0;
+            } else {
+                slot[k] = must_alloc(&f, bu_log_uniform(&rng, BU_MIXED_LO, BU_MIXED_HI));
+            }
+        }
+    }
+    counts_match_device(&f, conf);
+    consistent(&f, conf);
+    free_slots(&f, slot, BU_MIXED_SLOTS);
+    done(&f);
+}
+
+static void test_mixed_passes(void)
+{
+    static mixed_run ex, co;
+    run_mixed("expandable_segments:True", &ex);
+    for (int p = 1; p < MIXED_PASSES; p++) {  // pass p+1, after the cold one
+        const cci_vmm_counts *a = &ex.n[p], *b = &ex.n[p + 1];
+        int64_t rise = ex.reserved_peak[p + 1] - ex.reserved_peak[p];
+        CHECK(b->unmaps == a->unmaps && b->page_releases == a->page_releases,
+              "expandable, pass %d: no page given back (%llu unmaps)", p + 1,
+              (unsigned long long)(b->unmaps - a->unmaps));
+        CHECK(rise > 0 || calls_since(a, b) == 0, "expandable, pass %d: %llu VMM calls with no new reserved peak",
+              p + 1, (unsigned long long)calls_since(a, b));
+        CHECK((int64_t)(b->maps - a->maps) * (int64_t)(20 * MiB) <= rise,
+              "expandable, pass %d: %llu maps for a %lld MiB rise of reserved", p + 1,
+              (unsigned long long)(b->maps - a->maps), (long long)(rise >> 20));
+    }
+    run_mixed("compact_segments:True", &co);
+    CHECK_EQ_U(co.alloc_peak[MIXED_PASSES], ex.alloc_peak[MIXED_PASSES], "the same workload in both modes");
+    CHECK(co.reserved_peak[MIXED_PASSES] < ex.reserved_peak[MIXED_PASSES],
+          "compact reserves less than expandable segments (%lld against %lld MiB): what its moves buy",
+          (long long)co.reserved_peak[MIXED_PASSES] >> 20, (long long)ex.reserved_peak[MIXED_PASSES] >> 20);
+}
+
 static void test_without_vmm(void)
 {
     // A backend without the VMM group still runs the mode's configuration, on ordinary segments.
@@ -635,5 +724,6 @@ int main(void)
     test_churn_ceiling_bounded();
     test_churn_ceiling_under_pressure();
     test_without_vmm();
+    test_mixed_passes();
     return t_finish();
 }
