@@ -139,6 +139,11 @@ size_t cci_sim_segments(const cci_sim_device *sim);
 void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag);
 /// Completes everything recorded so far on `stream` (CCI_STREAM_ALL: on every stream).
 void cci_sim_complete(cci_sim_device *sim, uint64_t stream);
+/// The stream events one fence costs, as the simulated backend reports it (fence_ops.width):
+/// models a program with that many streams, where the core asks the fences less (default 1).
+void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams);
+/// Fence queries the core made (fence_ops.query), for tests and replay.
+uint64_t cci_sim_fence_queries(const cci_sim_device *sim);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.
 void cci_sim_fence_counts(const cci_sim_device *sim, uint64_t *records, uint64_t *waits, uint64_t *live);
 // ---- the simulated device's virtual-memory group (sim_vmm.c) --------------------------------

@@ -32,7 +32,8 @@ struct cci_sim_fences {
     size_t nstreams, stream_cap;
     sim_fence *fences;
     size_t nfences, fence_cap, free_head;
-    uint64_t records, waits, live;
+    uint64_t records, waits, live, queries;
+    unsigned width;  // the stream events a fence costs, as the backend reports it (0: 1)
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -126,8 +127,19 @@ static int sim_fence_query(void *ctx, int device, cci_fence h)
     pthread_mutex_lock(&f->lock);
     sim_fence *x = fence_at(f, h);
     int rc = x ? passed(f, x) : CCI_EBACKEND;
+    f->queries++;
     pthread_mutex_unlock(&f->lock);
     return rc;
+}
+
+static unsigned sim_fence_width(void *ctx, int device)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    unsigned w = f->width ? f->width : 1;
+    pthread_mutex_unlock(&f->lock);
+    return w;
 }
 
 static int sim_fence_wait(void *ctx, int device, cci_fence h)
@@ -173,6 +185,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .query = sim_fence_query,
     .wait = sim_fence_wait,
     .release = sim_fence_release,
+    .width = sim_fence_width,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -183,6 +196,23 @@ void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag)
     pthread_mutex_lock(&f->lock);
     f->lag = lag;
     pthread_mutex_unlock(&f->lock);
+}
+
+void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    f->width = streams;
+    pthread_mutex_unlock(&f->lock);
+}
+
+uint64_t cci_sim_fence_queries(const cci_sim_device *sim)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    uint64_t q = f->queries;
+    pthread_mutex_unlock(&f->lock);
+    return q;
 }
 
 void cci_sim_complete(cci_sim_device *sim, uint64_t stream)

@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N] [--json] TRACE\n"
+            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N [--fenced-streams S]] [--json] TRACE\n"
             "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
@@ -25,6 +25,8 @@ static void usage(FILE *f)
             "              created a stream) on a simulated device whose fences pass N fence records after\n"
             "              they were recorded (0: a device that keeps up with the host); the output adds\n"
             "              the fences recorded and the host waits (ignored under immediate_reuse)\n"
+            "  --fenced-streams  with --fenced-lag: the program has S streams, so a fence costs S stream\n"
+            "              events on a GPU and the allocator asks about fences less (default 1)\n"
             "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
             "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
@@ -88,10 +90,11 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
            (unsigned long long)t->recorded_ooms, (unsigned long long)t->missing_events,
            (unsigned long long)t->truncated_bytes);
     if (o->fenced)
-        printf("\"fence_lag\": %llu, \"num_fence_records\": %llu, \"num_fence_waits\": %llu, "
-               "\"num_blocking_waits\": %llu, ",
-               (unsigned long long)o->fence_lag, (unsigned long long)r->num_fence_records,
-               (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
+        printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"num_fence_records\": %llu, "
+               "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, ",
+               (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1,
+               (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
+               (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode)
         printf("\"vmm_calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, \"unmaps\": %llu, "
@@ -133,13 +136,14 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
     if (o->fenced)
-        printf("fenced frees        fences pass %llu fence record%s late\n", (unsigned long long)o->fence_lag,
-               o->fence_lag == 1 ? "" : "s");
+        printf("fenced frees        fences pass %llu fence record%s late; %u stream%s\n",
+               (unsigned long long)o->fence_lag, o->fence_lag == 1 ? "" : "s",
+               o->fence_streams ? o->fence_streams : 1, o->fence_streams > 1 ? "s" : "");
     if (r->num_fence_records || o->fenced)  // fenced frees replayed
-        printf("fences              %llu recorded, the host waited %llu times (%llu for a fence not yet "
-               "passed)\n",
-               (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
-               (unsigned long long)r->num_blocking_waits);
+        printf("fences              %llu recorded, %llu queries, the host waited %llu times (%llu for a "
+               "fence not yet passed)\n",
+               (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_queries,
+               (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode) {
         // The calls a GPU run makes for the same requests, and what they cost there.
@@ -186,7 +190,7 @@ int main(int argc, char **argv)
             val = eq + 1;
         }
         int takes = !strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--jobs") ||
-                    !strcmp(a, "--fenced-lag");
+                    !strcmp(a, "--fenced-lag") || !strcmp(a, "--fenced-streams");
         if (takes && !val) {
             if (i + 1 >= argc)
                 return bad("%s needs a value", a);
@@ -212,6 +216,12 @@ int main(int argc, char **argv)
                 return bad("--fenced-lag: '%s' is not a number of fence records from 0 to 1000000000", val);
             opts.fenced = 1;
             opts.fence_lag = lag;
+        } else if (!strcmp(a, "--fenced-streams")) {
+            char *end;
+            unsigned long n = strtoul(val, &end, 10);
+            if (end == val || *end || *val < '0' || *val > '9' || n < 1 || n > 1000000)
+                return bad("--fenced-streams: '%s' is not a number of streams from 1 to 1000000", val);
+            opts.fence_streams = (unsigned)n;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--sweep")) {
@@ -233,6 +243,8 @@ int main(int argc, char **argv)
         return bad("%s cannot be combined with --sweep", "--conf");
     if (sweep && opts.fenced)
         return bad("%s cannot be combined with --sweep", "--fenced-lag");
+    if (opts.fence_streams && !opts.fenced)
+        return bad("%s needs --fenced-lag", "--fenced-streams");
     if (jobs && !sweep)
         return bad("%s only applies to --sweep", "--jobs");
 

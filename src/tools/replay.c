@@ -167,8 +167,10 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         uint32_t d = e->device % MAX_DEVICES;
         if (!allocs[d]) {
             sims[d] = cci_sim_create(cap);
-            if (sims[d] && fenced)
+            if (sims[d] && fenced) {
                 cci_sim_set_fence_lag(sims[d], opts->fence_lag);
+                cci_sim_set_fence_width(sims[d], opts->fence_streams);
+            }
             allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
             if (!allocs[d]) {
                 rc = -1;
@@ -265,6 +267,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         uint64_t records, blocking, live;
         cci_sim_fence_counts(sims[d], &records, &blocking, &live);
         res->num_blocking_waits += blocking;
+        res->num_fence_queries += cci_sim_fence_queries(sims[d]);
         cci_vmm_counts vc;
         if (cci_alloc_vmm_counts(allocs[d], &vc) == 0)
             vmm_counts_add(&res->vmm, &vc);

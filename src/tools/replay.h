@@ -27,6 +27,7 @@ typedef struct cci_replay_result {
     uint64_t num_fence_waits;    ///< times the allocators waited for a fence (summed over devices)
     uint64_t num_blocking_waits; ///< of those, waits for a fence the simulated device had not yet
                                  ///< passed: the ones that would stall a real host
+    uint64_t num_fence_queries;  ///< fence queries the allocators made (summed over devices)
     cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
                                  ///< the run's own, the allocators' teardown left out
 } cci_replay_result;
@@ -40,6 +41,9 @@ typedef struct cci_replay_opts {
     /// a device that keeps up with the host. Ignored under immediate_reuse.
     int fenced;
     uint64_t fence_lag;
+    /// With fenced: the program's streams, what one fence costs on a GPU (1 record event per
+    /// device, then a look at each stream); the core asks dear fences less (0 or 1: one stream).
+    unsigned fence_streams;
 } cci_replay_opts;
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
