@@ -14,12 +14,16 @@
 #   4. one table of ratios, last.
 # About 5-7 minutes on an H100; every step is time-boxed and the table is printed regardless.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), TORCH_WORKLOADS, NVCC, PYTHON,
+# Environment: OUT (default build-gpu/out/), STEPS (default 10), BENCH_ROUNDS (default 3), TORCH_WORKLOADS, NVCC, PYTHON,
 # GPU_BENCH_TORCH=0 (leave out steps 2 and 3: the C tables alone take about a minute).
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
 STEPS=${STEPS:-10}
+# bench_alloc's configurations each run BENCH_ROUNDS times in a rotated order (alloc_table.py
+# --rounds): one process's pair cost varies by tens of percent from the next's on the H100 host.
+BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+[[ $BENCH_ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "gpu-bench: BENCH_ROUNDS=$BENCH_ROUNDS: expected 1 to 99" >&2; exit 1; }
 status=0
 
 cci_find_nvcc || exit 1
@@ -38,7 +42,7 @@ if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/core/libccicore.a
 fi
 
 # ---- 1. the C benchmark ----------------------------------------------------------------------
-cci_run 200 "$OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --preload "$CCI_PRELOAD" \
+cci_run $((70 * BENCH_ROUNDS + 60)) "$OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --rounds "$BENCH_ROUNDS" --preload "$CCI_PRELOAD" \
     --exe "$CCI_BIN/bench_alloc.shared" --exe-static "$CCI_BIN/bench_alloc.static" \
     --log-dir "$OUT/bench_alloc" --json-out "$OUT/bench_alloc.json" --title "bench_alloc on the GPU" || status=1
 sed -n '/^bench_alloc on the GPU/,$p' "$OUT/bench_alloc.txt"

@@ -5,6 +5,12 @@
   alloc_table.py --preload LIB --exe BENCH_ALLOC [--exe-static BENCH_ALLOC_STATIC]
                  [--libdir DIR] [--quick] [--log-dir DIR] [--json-out FILE] [--title TEXT]
 
+  [--rounds R]: every configuration R times, the order rotated each round; each figure is then the
+  median over the rounds of each process's median, with the range over the rounds beside it. On
+  the H100 host one process's pair cost varies by 30-60 % from the next's (the machine's CPU speed
+  as another process sees it: docs/benchmarks.md), so one process per configuration cannot tell
+  70 ns from 100 ns.
+
 Configurations (each a separate process, in this order, so all share the machine's state):
   raw malloc       cudaMalloc+cudaFree, no preload               (the anchor a program has today)
   raw async        cudaMallocAsync+cudaFreeAsync, no preload     (CUDA's own pool, unlimited threshold)
@@ -115,10 +121,13 @@ def main():
     ap.add_argument("--log-dir")
     ap.add_argument("--json-out")
     ap.add_argument("--title", default="bench_alloc")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--skip", action="append", default=[],
                     help="leave out a configuration by its label (the fake's stream-ordered free runs on a "
                          "worker thread, so a raw cudaMallocAsync loop there outruns it and fails)")
     args = ap.parse_args()
+    if not 1 <= args.rounds <= 100:
+        ap.error(f"--rounds {args.rounds}: expected 1 to 100")
     if args.log_dir:
         os.makedirs(args.log_dir, exist_ok=True)
     sys.stdout.reconfigure(line_buffering=True)
@@ -138,8 +147,21 @@ def main():
                  ("static raw async", args.exe_static, "async", False, {}),
                  ("static ours default", args.exe_static, "malloc", True, {}),
                  ("static ours async", args.exe_static, "async", True, {})]
-    results = {label: run_config(label, exe, api, pre, env, args, args.log_dir)
-               for label, exe, api, pre, env in plan if label not in args.skip}
+    plan = [p for p in plan if p[0] not in args.skip]
+    runs = {p[0]: [] for p in plan}
+    for r in range(args.rounds):
+        order = plan[r % len(plan):] + plan[:r % len(plan)] if plan else []
+        if args.rounds > 1:
+            print(f"round {r + 1} of {args.rounds}: {', '.join(p[0] for p in order)}\n")
+        for label, exe, api, pre, env in order:
+            log_label = label if args.rounds == 1 else f"{label} r{r + 1}"
+            runs[label].append(run_config(log_label, exe, api, pre, env, args, args.log_dir))
+    # A configuration that failed in any round counts as failed; otherwise its first round's
+    # result stands for it in the JSON, with every round's figures beside it.
+    results = {}
+    for label, rs in runs.items():
+        bad = next((x for x in rs if x.get("failed")), None)
+        results[label] = dict(bad, label=label) if bad else dict(rs[0], rounds=rs)
 
     problems = []
     for label, r in results.items():
@@ -148,15 +170,32 @@ def main():
         elif r["preload"] and not label.startswith("static") and not r.get("served"):
             problems.append(f"{label}: the preload served no allocation (not intercepted)")
 
-    def med(label, size):
+    def over_rounds(label, pick):
+        """The figure `pick` takes from one process's result, for every round (None: failed)."""
         r = results.get(label)
         if not r or r.get("failed"):
             return None
-        return next((s["median_ns"] for s in r["sizes"] if s["bytes"] == size), None)
+        vals = [pick(x) for x in r["rounds"]]
+        return None if any(v is None for v in vals) else sorted(vals)
+
+    def middle(vals):
+        if not vals:
+            return None
+        n = len(vals)
+        return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+
+    def pick_size(size):
+        return lambda x: next((s["median_ns"] for s in x["sizes"] if s["bytes"] == size), None)
+
+    def med(label, size):
+        return middle(over_rounds(label, pick_size(size)))
 
     def mixed(label):
-        r = results.get(label)
-        return None if not r or r.get("failed") else r["mixed_warm_ns_per_op"]
+        return middle(over_rounds(label, lambda x: x["mixed_warm_ns_per_op"]))
+
+    def spread(label, size):
+        vals = over_rounds(label, pick_size(size) if size else lambda x: x["mixed_warm_ns_per_op"])
+        return (vals[0], vals[-1]) if vals and len(vals) > 1 else None
 
     cols = ["raw malloc", "raw async", "ours default", "ours immediate", "ours async"]
     print(f"{args.title}: median ns per alloc+free pair (mixed: ns per op, best warm pass)")
@@ -178,6 +217,16 @@ def main():
               f"raw async {fmt_ns(med('static raw async', 1 << 20))}, under the preload "
               f"{fmt_ns(med('static ours default', 1 << 20))} (preload served {served} allocations)")
     issue_table(args.title, med, mixed)
+    if args.rounds > 1:
+        print(f"\n{args.title}: range over the {args.rounds} rounds (min-max of each process's median; "
+              f"mixed: best warm pass)")
+        print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>16}" for s in ISSUE_SIZES) + f"{'mixed':>16}")
+        for name, label in ISSUE_ROWS:
+            cells = []
+            for size in ISSUE_SIZES + [None]:
+                sp = spread(label, size)
+                cells.append(f"{fmt_ns(sp[0])}-{fmt_ns(sp[1])}" if sp else "-")
+            print(f"{name:<40}" + "".join(f"{c:>16}" for c in cells))
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"title": args.title, "results": results, "table": summary, "problems": problems}, f,

@@ -41,7 +41,21 @@ CELL = r"(\d+(?:\.\d+)? (?:ns|us)|-)"
 # ---- the per-size table, issue 15's layout ---------------------------------------------------
 out = run([sys.executable, alloc_table, "--preload", preload, "--libdir", libdir, "--exe", bench_alloc,
            "--exe-static", bench_alloc, "--quick", "--title", "fake", "--skip", "raw async",
-           "--skip", "static raw async"])
+           "--skip", "static raw async", "--rounds", "2"])
+# --rounds 2: every configuration twice, in a rotated order, and a table of each figure's range.
+check(re.search(r"^round 2 of 2: ", out, re.M) is not None, "alloc_table --rounds 2 ran no second round")
+ranges = out.split("range over the 2 rounds", 1)
+check(len(ranges) == 2, "alloc_table --rounds 2 printed no range table")
+RANGE = r"(\d+(?:\.\d+)? (?:ns|us)-\d+(?:\.\d+)? (?:ns|us)|-)"
+ranged = {}
+for line in (ranges[1] if len(ranges) == 2 else "").splitlines()[2:]:
+    m = re.match(r"(\S.*?)\s{2,}" + r"\s+".join([RANGE] * 5) + r"\s*$", line)
+    if m:
+        ranged[m.group(1)] = m.groups()[1:]
+check(all(c != "-" for c in ranged.get("ours default, runtime hooks", ["-"])),
+      f"range table: ours default's cells not all filled: {ranged.get('ours default, runtime hooks')}")
+check(all(c == "-" for c in ranged.get("raw cudaMallocAsync+cudaFreeAsync", ["x"])),
+      "range table: the skipped configuration must show -")
 layout = out.split("issue 15's layout", 1)
 check(len(layout) == 2, "alloc_table printed no issue-15 table")
 rows = {}
