@@ -140,8 +140,9 @@ void cci__complete_block(cci_allocator *a, cci_block *b);
 // around the wait, so callers search the free set again afterwards.
 void cci__fenced_free(cci_allocator *a, cci_block *b);
 /// How a harvest or poll asks the fences: IN_PASSING where a pending answer costs only a later
-/// reuse (the periodic tick), so the backend may put an expensive check off (backend.h, poll);
-/// IN_FULL where a pending answer leads to a wait, a worse fit or a growth.
+/// reuse (the periodic tick; a poor fit that no pending block could improve), so the backend may
+/// put an expensive check off (backend.h, poll); IN_FULL where a pending answer leads to a wait,
+/// a worse fit or a growth.
 enum { CCI_ASK_IN_FULL = 0, CCI_ASK_IN_PASSING = 1 };
 /// Without blocking: puts the open batch behind a fence and makes every batch whose fence has
 /// passed reusable. 1 when something became reusable.
@@ -149,6 +150,10 @@ int cci__fenced_harvest(cci_allocator *a, int ask);
 /// The same without closing the open batch (no fence recorded): only the closed batches whose
 /// fence has passed become reusable. 1 when some did.
 int cci__fenced_poll(cci_allocator *a, int ask);
+/// Could a pending block (in the open batch or a closed one), with its free and pending
+/// neighbours, hold a request of this pool and stream in a run smaller than `fit`? Nothing is
+/// asked of the device.
+int cci__fenced_could_fit(const cci_allocator *a, size_t rounded, int small, uint64_t stream, size_t fit);
 /// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
 /// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`

@@ -204,6 +204,41 @@ static int free_by_wave(const cci_block *b, unsigned wave)
     return b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && b->wave && b->wave <= wave);
 }
 
+// The run of free or pending blocks around pending block b, up to `enough` bytes.
+static size_t pending_run(const cci_block *b, size_t enough)
+{
+    size_t run = b->size;
+    for (const cci_block *p = b->prev; p && run < enough && (p->state == BLOCK_FREE || p->state == BLOCK_PENDING);
+         p = p->prev)
+        run += p->size;
+    for (const cci_block *n = b->next; n && run < enough && (n->state == BLOCK_FREE || n->state == BLOCK_PENDING);
+         n = n->next)
+        run += n->size;
+    return run;
+}
+
+static int batch_could_fit(const cci_block *head, size_t rounded, int small, uint64_t stream, size_t fit)
+{
+    for (const cci_block *b = head; b; b = b->pend_next) {
+        if (b->small != small || b->stream != stream)
+            continue;
+        size_t run = pending_run(b, rounded);
+        if (run >= rounded && run < fit)
+            return 1;
+    }
+    return 0;
+}
+
+int cci__fenced_could_fit(const cci_allocator *a, size_t rounded, int small, uint64_t stream, size_t fit)
+{
+    if (batch_could_fit(a->fopen_head, rounded, small, stream, fit))
+        return 1;
+    for (const cci_fence_batch *fb = a->fb_head; fb; fb = fb->next)
+        if (!fb->completed && batch_could_fit(fb->head, rounded, small, stream, fit))
+            return 1;
+    return 0;
+}
+
 int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare)
 {
     // What the request needs is one block: a run of neighbours in one segment that are free now

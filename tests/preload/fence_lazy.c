@@ -20,6 +20,8 @@
 //   keeps-up      the GPU keeps up with the CPU (resnet on the H100): looks asked in passing are
 //                 put off until several fences wait, so the idle pool is asked about once per
 //                 8 records, not once per record, and the loop still never grows the pool.
+//   poor-fits     poor fits that no pending block could improve (frees of another size, kept
+//                 apart): asked in passing, so the idle pool is not asked once per record.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
@@ -366,10 +368,58 @@ static void keeps_up(void)
     drop_pool();
 }
 
+// Poor fits that no pending block could improve, many streams: every allocation takes a piece of
+// a large free block while the frees are of another size, held apart by live neighbours. The
+// answer to a poor-fit question could not help such a request, so it is asked in passing (the
+// backend may put its look off) and nothing is waited for; before, each one asked in full, and
+// with the GPU keeping up every fence got a look of its own.
+static void poor_fits(void)
+{
+    enum { SEGS = 112, FREES = 2048 };  // 21 requests a segment: room for 2352
+    const size_t held = 64 << 10, asked = 96 << 10;
+    ptest_api api = ptest_get_api();
+    make_pool();
+    static void *seg[2 * SEGS], *small_blocks[2 * FREES], *got[FREES];
+    // Whole free small-pool segments (2 MiB each, two 1 MiB blocks apiece, freed and merged):
+    // room for every request below, each of which is then a poor fit (2 MiB >= 2 x 96 KiB).
+    for (int i = 0; i < 2 * SEGS; i++)
+        CUDA_OK(cudaMalloc(&seg[i], 1 << 20));
+    // 64 KiB blocks side by side; every other one is freed below, so no two pending ones touch.
+    for (int i = 0; i < 2 * FREES; i++)
+        CUDA_OK(cudaMalloc(&small_blocks[i], held));
+    for (int i = 0; i < 2 * SEGS; i++)
+        CUDA_OK(cudaFree(seg[i]));
+    CUDA_OK(cudaDeviceSynchronize());
+    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
+    uint64_t reserved0 = (uint64_t)ptest_stats(&api, 0).reserved_bytes[0].current;
+    struct fakecu_event_calls c0 = calls();
+    for (int i = 0; i < FREES; i++) {
+        CUDA_OK(cudaFree(small_blocks[2 * i]));
+        CUDA_OK(cudaMalloc(&got[i], asked));
+    }
+    struct fakecu_event_calls c1 = calls();
+    cci_stats st = ptest_stats(&api, 0);
+    double records = (double)(st.num_fence_records - records0);
+    double sq = (double)(c1.stream_queries - c0.stream_queries);
+    printf("poor-fits: %d idle non-blocking streams, %d poor fits: %.0f fence records, %.2f "
+           "cuStreamQuery a record, %llu waits; reserved %llu -> %llu bytes\n", POOL, FREES, records,
+           records ? sq / records : 0, (unsigned long long)st.num_fence_waits,
+           (unsigned long long)reserved0, (unsigned long long)st.reserved_bytes[0].current);
+    CHECK(records >= FREES / 32, "the loop recorded fences (%.0f)", records);
+    CHECK(st.reserved_bytes[0].current == (int64_t)reserved0, "served from the free segments: no growth");
+    CHECK(sq <= records * POOL / 4, "poor fits nothing pending could improve asked in passing "
+          "(%.2f stream questions a record)", records ? sq / records : 0);
+    for (int i = 0; i < FREES; i++) {
+        CUDA_OK(cudaFree(got[i]));
+        CUDA_OK(cudaFree(small_blocks[2 * i + 1]));
+    }
+    drop_pool();
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|count K\n");
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -385,6 +435,8 @@ int main(int argc, char **argv)
         threads();
     else if (!strcmp(sc, "keeps-up"))
         keeps_up();
+    else if (!strcmp(sc, "poor-fits"))
+        poor_fits();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
         count(atoi(argv[2]));
     else {
