@@ -20,7 +20,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 #define MAG_CLASSES 8   // (stream, size) classes a thread keeps at once
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
 #define ALL_CLASSES ((1u << MAG_CLASSES) - 1)
-#define LOG_EVENTS 2048  // events kept for the observers between two stops (2 x 96 KiB a thread)
+#define LOG_EVENTS 2048  // records kept for the observers between two stops (2 x 80 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 #define OWNER_WAIT_SPINS 1024  // pauses before a lock holder waiting for a fast path yields its CPU
 
@@ -43,7 +43,7 @@ typedef struct {
     int64_t split_bytes[MAG_DEPTH];  // ... and to their bytes (split_on_free)
 } mag_class;
 
-typedef cci_tc_event tc_event;
+typedef cci_fast_event tc_event;
 
 // The classes of a `filled` mask, lowest first: the order a scan of every class would take.
 #define FOR_EACH_CLASS(c, mask) \
@@ -73,7 +73,11 @@ struct cci_tc {
                                             // change (shard .cur) before the next stop
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
+    tc_event *spare;           // a log ready to replace one an observer keeps (NULL: none, so no
+                               // observer may keep one: cci_batch_fn)
     int nlog, nhanded, told;
+    int handed_kept;           // an observer kept the handed log: the spare replaces it at the unlock
+    uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
     uint64_t order;            // the `order` of this thread's fast-path events (set at each unlock)
@@ -320,7 +324,9 @@ static void cache_free(cci_tc *tc)
 {
     free(tc->table);
     free(tc->log);
-    free(tc->handed);
+    if (!tc->handed_kept)  // a fork child's copy of a stop in progress: the observer's now
+        free(tc->handed);
+    free(tc->spare);
     free(tc);
 }
 
@@ -377,6 +383,7 @@ static cci_tc *attach_cache(cci_allocator *a)
     if (tc) {
         tc->log = calloc(LOG_EVENTS, sizeof *tc->log);
         tc->handed = calloc(LOG_EVENTS, sizeof *tc->handed);
+        tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);  // none: logs are only copied
     }
     if (!tc || !tc->log || !tc->handed || pthread_setspecific(exit_key, tc) != 0) {  // non-NULL: destructor runs
         if (tc)
@@ -409,17 +416,51 @@ static void swap_logs(cci_allocator *a)
         tc_event *t = tc->handed;
         tc->handed = tc->log;
         tc->nhanded = tc->nlog;
+        tc->handed_order = tc->order;
         tc->log = t;
         tc->nlog = 0;
     }
 }
 
-// The observers with a batch door get `n` events of one thread at once.
-static void tell_batch(cci_allocator *a, const tc_event *ev, int n)
+// The observers with a batch door get `n` events of one thread at once: 1 when one of them kept
+// the log (only while the cache has a spare to replace it).
+static int tell_batch(cci_allocator *a, const cci_tc *tc, uint64_t order, tc_event *ev, int n)
 {
+    int kept = 0;
     for (int i = 0; i < a->nobs; i++)
         if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS))
-            a->obs[i].batch(a->obs[i].ud, ev, (size_t)n);
+            kept |= a->obs[i].batch(a->obs[i].ud, order, ev, (size_t)n, tc->spare && !kept);
+    return kept;
+}
+
+// A log an observer kept: the spare takes its place, and a new spare is made (none without host
+// memory: the next logs are then copied, never kept).
+static void replace_kept(cci_tc *tc, tc_event **log)
+{
+    *log = tc->spare;
+    tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);
+}
+
+// The handed log has been told to every observer.
+static void handed_done(cci_tc *tc)
+{
+    tc->nhanded = tc->told = 0;
+    if (tc->handed_kept) {
+        replace_kept(tc, &tc->handed);
+        tc->handed_kept = 0;
+    }
+}
+
+// A logged event as the observers without a batch door hear it: an allocation, or one of the two
+// events a free reusable at once stands for (`second`: its completion).
+static void tell_one(cci_allocator *a, const tc_event *e, uint64_t order, int second)
+{
+    cci_event ev = {CCI_EV_ALLOC, a->device, e->stream, e->addr, e->size, e->requested, order, e->stamp};
+    if (e->requested == CCI_FAST_FREED) {
+        ev.kind = second ? CCI_EV_FREE_COMPLETED : CCI_EV_FREE_REQUESTED;
+        ev.requested = second ? 0 : CCI_FREE_NOW;
+    }
+    cci__tell(a, &ev, CCI_TELL_SERIAL);
 }
 
 // Lock held, caches running: the swapped logs, merged by stamp, to the observers without a
@@ -428,7 +469,7 @@ static void tell_handed(cci_allocator *a)
 {
     if (!a->nobs_serial_fast) {
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-            tc->nhanded = tc->told = 0;
+            handed_done(tc);
         return;
     }
     for (;;) {
@@ -438,10 +479,13 @@ static void tell_handed(cci_allocator *a)
                 best = tc;
         if (!best)
             break;
-        cci__tell(a, &best->handed[best->told++], CCI_TELL_SERIAL);
+        const tc_event *e = &best->handed[best->told++];
+        tell_one(a, e, best->handed_order, 0);
+        if (e->requested == CCI_FAST_FREED)  // its completion, made together with the request
+            tell_one(a, e, best->handed_order, 1);
     }
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-        tc->nhanded = tc->told = 0;
+        handed_done(tc);
 }
 
 // Adds a shard to the allocator's statistics, without touching peaks: its increases stayed within
@@ -587,7 +631,7 @@ void cci__lock(cci_allocator *a)
         // (which they are told at once: cci__notify_full), so that inside a locked section a batch
         // observer has seen every event before it (cci_batch_fn).
         if (tc->nhanded)
-            tell_batch(a, tc->handed, tc->nhanded);
+            tc->handed_kept = tell_batch(a, tc, tc->handed_order, tc->handed, tc->nhanded);
     }
 }
 
@@ -664,7 +708,7 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
         return 0;
     if (a->nevq == a->evq_cap) {
         size_t cap = a->evq_cap ? a->evq_cap * 2 : 256;
-        tc_event *q = realloc(a->evq, cap * sizeof *q);
+        cci_tc_event *q = realloc(a->evq, cap * sizeof *q);
         if (!q)
             return 0;  // host out of memory: told at once, a little out of order
         a->evq = q;
@@ -704,46 +748,43 @@ static inline __attribute__((always_inline)) cci_tc *enter(cci_allocator *a)
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-// The fields are read into locals first: a store into the log may alias `a`, `b` or `tc` for the
+// The fields are read into locals first: a store into the log may alias `b` or `tc` for the
 // compiler, which then reloaded each field between the stores (every served allocation and free
 // logs, issue 15: the observers' events are the hook path's largest cost over the core alone).
-static inline __attribute__((always_inline)) void log_event(const cci_allocator *a, cci_tc *tc, uint64_t stamp,
-                                                            cci_event_kind kind, const cci_block *b, size_t requested)
+static inline __attribute__((always_inline)) void log_alloc(cci_tc *tc, uint64_t stamp, const cci_block *b,
+                                                            size_t requested)
 {
-    int device = a->device, n = tc->nlog;
-    uint64_t stream = b->stream, order = tc->order;
+    int n = tc->nlog;
+    uint64_t stream = b->stream;
     uintptr_t addr = b->addr;
     size_t size = b->size;
-    tc->log[n] = (tc_event){kind, device, stream, addr, size, requested, order, stamp};
+    tc->log[n] = (tc_event){addr, size, requested, stream, stamp};
     tc->nlog = n + 1;
 }
 
-// A free reusable at once: its request and its completion, one stamp for both (they happen
-// together, and the log keeps their order), the block's fields read once.
-static inline __attribute__((always_inline)) void log_free_now(const cci_allocator *a, cci_tc *tc, uint64_t stamp,
-                                                               const cci_block *b)
+// A free reusable at once: one record for its request and its completion (cci_fast_event).
+static inline __attribute__((always_inline)) void log_free_now(cci_tc *tc, uint64_t stamp, const cci_block *b)
 {
-    int device = a->device, n = tc->nlog;
-    uint64_t stream = b->stream, order = tc->order;
+    int n = tc->nlog;
+    uint64_t stream = b->stream;
     uintptr_t addr = b->addr;
     size_t size = b->size;
-    tc_event *e = tc->log + n;
-    e[0] = (tc_event){CCI_EV_FREE_REQUESTED, device, stream, addr, size, CCI_FREE_NOW, order, stamp};
-    e[1] = (tc_event){CCI_EV_FREE_COMPLETED, device, stream, addr, size, 0, order, stamp};
-    tc->nlog = n + 2;
+    tc->log[n] = (tc_event){addr, size, CCI_FAST_FREED, stream, stamp};
+    tc->nlog = n + 1;
 }
 
-// Room for `n` more events in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
+// Room for one more record in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
 // every observer of the fast paths' kinds has a batch door, the full log goes to them from here
 // (inside the gate: a stop waits for it, so batches and stops keep their order) and no stop is
 // needed.
-static inline int log_room(cci_allocator *a, cci_tc *tc, int n)
+static inline int log_room(cci_allocator *a, cci_tc *tc)
 {
-    if (!a->nobs || tc->nlog <= LOG_EVENTS - n)
+    if (!a->nobs || tc->nlog < LOG_EVENTS)
         return 1;
     if (a->nobs_serial_fast)
         return 0;
-    tell_batch(a, tc->log, tc->nlog);
+    if (tell_batch(a, tc, tc->order, tc->log, tc->nlog))
+        replace_kept(tc, &tc->log);
     tc->nlog = 0;
     return 1;
 }
@@ -766,7 +807,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
         if (!delta_covered(tc, &v, 0))
             break;
-        if (!log_room(a, tc, 1)) {
+        if (!log_room(a, tc)) {
             rc = LOG_FULL;
             break;
         }
@@ -777,7 +818,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         b->requested = requested;
         tc->dirty = 1;
         if (a->nobs)
-            log_event(a, tc, stamp_now(tc), CCI_EV_ALLOC, b, requested);
+            log_alloc(tc, stamp_now(tc), b, requested);
         *out = b->addr;
         rc = CCI_OK;
         break;
@@ -820,7 +861,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
     tc->dirty = 1;
     if (a->nobs)
-        log_free_now(a, tc, stamp_now(tc), b);
+        log_free_now(tc, stamp_now(tc), b);
     return CCI_OK;
 }
 
@@ -832,7 +873,7 @@ static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uint
     cci_block **e = table_find(tc, ptr);
     cci_block *b = e ? *e : NULL;
     int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
-             : !log_room(a, tc, 2)                                     ? LOG_FULL
+             : !log_room(a, tc)                                        ? LOG_FULL
                                                                       : cache_block(a, tc, b, stream);
     leave(tc);
     return rc;
