@@ -31,9 +31,9 @@
 // (cci_fast_event: the stream itself, the time stamp that merges the threads' chunks, a free
 // reusable at once as one record for its request and completion): a record-by-record translation
 // had cost ~20 instructions a served allocation or free (issue 15). They are translated once,
-// when the history becomes a trace (merge_chunks). A large batch is kept as it is (the cache's
-// log becomes the chunk's records: cci_batch_fn); a small one is copied, which costs less than
-// the new log a kept one makes the cache allocate.
+// when the history becomes a trace (merge_chunks). A full log is kept as it is when the cache
+// lets us (cci_batch_fn: it becomes the chunk's records, and the cache takes a new log), which a
+// fast loop's batches all are; the others are copied.
 typedef struct chunk {
     struct chunk *next;
     uint64_t order;
@@ -41,7 +41,6 @@ typedef struct chunk {
     cci_fast_event *rec;   // `copied`, or a log kept whole (a block of its own)
     cci_fast_event copied[];
 } chunk;
-#define KEEP_MIN 128  // records (5 KiB): smaller batches are copied
 
 // Where the order of the locked sections' records changes: records [start, next mark's start)
 // have this order (cci_event.order).
@@ -151,7 +150,7 @@ static int observe_batch(void *ud, uint64_t order, cci_fast_event *ev, size_t n,
     uint64_t before = atomic_fetch_add_explicit(&h->batched, n, memory_order_relaxed);
     uint64_t room = h->max > before ? h->max - before : 0;  // the locked side's count is checked there
     size_t take = n < room ? n : (size_t)room;
-    int keep = may_keep && take >= KEEP_MIN;
+    int keep = may_keep && take == n;
     chunk *c = take ? malloc(sizeof *c + (keep ? 0 : take * sizeof c->copied[0])) : NULL;
     if (!c)
         take = 0;
@@ -161,12 +160,9 @@ static int observe_batch(void *ud, uint64_t order, cci_fast_event *ev, size_t n,
     }
     if (!take)
         return 0;
-    if (keep) {
-        cci_fast_event *fit = realloc(ev, take * sizeof *ev);  // a shorter log gives back its tail
-        c->rec = fit ? fit : ev;
-    } else {
-        c->rec = memcpy(c->copied, ev, take * sizeof *ev);
-    }
+    // Kept: the doors after ours still read it, and then the cache's unlock (never freed before
+    // cci_history_destroy, in a fork child).
+    c->rec = keep ? ev : memcpy(c->copied, ev, take * sizeof *ev);
     c->order = order;
     c->n = take;
     pthread_mutex_lock(&h->chunk_lock);

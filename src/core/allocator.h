@@ -78,10 +78,11 @@ typedef struct cci_fast_event {
 /// batch observer are exact whenever `fn` is called. Telling events one at a time, in one order,
 /// under one lock, is what had kept threads from scaling: the batches let each thread hand its
 /// own events over.
-/// `ev` is the thread cache's log, reused once the door returns 0. With `may_keep` set, the door
-/// may return 1 instead: the log (malloc'ed) is then the observer's, to free(), and the cache
-/// takes another; the doors called after it still read it, but may not keep it. This lets a
-/// history keep a full log as it is, where copying it had cost as much as the rest of its work.
+/// `ev` is the thread cache's log, reused once the door returns 0. With `may_keep` set (a full
+/// log), the door may return 1 instead: the log (malloc'ed) is then the observer's, to free() once
+/// the allocator is gone, never before (the doors after it and the unlock still read it), and the
+/// cache takes another. This lets a history keep a full log as it is, where copying it had cost
+/// as much as the rest of its work.
 typedef int (*cci_batch_fn)(void *ud, uint64_t order, cci_fast_event *ev, size_t n, int may_keep);
 
 /// Creates the allocator of `device`. The configuration is copied. NULL on host out-of-memory.

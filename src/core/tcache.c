@@ -73,10 +73,11 @@ struct cci_tc {
                                             // change (shard .cur) before the next stop
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
-    tc_event *spare;           // a log ready to replace one an observer keeps (NULL: none, so no
-                               // observer may keep one: cci_batch_fn)
+    tc_event *spare;           // a log ready to replace a full one an observer keeps (NULL: none, so
+                               // no observer may keep one: cci_batch_fn)
+    const tc_event *told_log;  // the handed events the unlock tells: `handed`, or the log an
+                               // observer kept at the stop (it never frees it while we run)
     int nlog, nhanded, told;
-    int handed_kept;           // an observer kept the handed log: the spare replaces it at the unlock
     uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
@@ -324,8 +325,7 @@ static void cache_free(cci_tc *tc)
 {
     free(tc->table);
     free(tc->log);
-    if (!tc->handed_kept)  // a fork child's copy of a stop in progress: the observer's now
-        free(tc->handed);
+    free(tc->handed);
     free(tc->spare);
     free(tc);
 }
@@ -422,33 +422,29 @@ static void swap_logs(cci_allocator *a)
     }
 }
 
-// The observers with a batch door get `n` events of one thread at once: 1 when one of them kept
-// the log (only while the cache has a spare to replace it).
-static int tell_batch(cci_allocator *a, const cci_tc *tc, uint64_t order, tc_event *ev, int n)
+// The observers with a batch door get `n` events of one thread at once. One of them may keep a
+// full log when the cache has a spare to replace it (a partial one would keep its unused tail
+// too); then the spare takes its place in *log, and a new spare is made (none without host
+// memory: the next logs are only copied). Called by the cache's owner inside its gate, or by the
+// lock holder while the cache is stopped: the only two that touch `spare`.
+static void tell_batch(cci_allocator *a, cci_tc *tc, uint64_t order, tc_event **log, int n)
 {
     int kept = 0;
     for (int i = 0; i < a->nobs; i++)
         if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS))
-            kept |= a->obs[i].batch(a->obs[i].ud, order, ev, (size_t)n, tc->spare && !kept);
-    return kept;
-}
-
-// A log an observer kept: the spare takes its place, and a new spare is made (none without host
-// memory: the next logs are then copied, never kept).
-static void replace_kept(cci_tc *tc, tc_event **log)
-{
-    *log = tc->spare;
-    tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);
+            kept |= a->obs[i].batch(a->obs[i].ud, order, *log, (size_t)n,
+                                    !kept && tc->spare && n == LOG_EVENTS);
+    if (kept) {
+        *log = tc->spare;
+        tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);
+    }
 }
 
 // The handed log has been told to every observer.
 static void handed_done(cci_tc *tc)
 {
     tc->nhanded = tc->told = 0;
-    if (tc->handed_kept) {
-        replace_kept(tc, &tc->handed);
-        tc->handed_kept = 0;
-    }
+    tc->told_log = NULL;
 }
 
 // A logged event as the observers without a batch door hear it: an allocation, or one of the two
@@ -475,11 +471,11 @@ static void tell_handed(cci_allocator *a)
     for (;;) {
         cci_tc *best = NULL;
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-            if (tc->told < tc->nhanded && (!best || tc->handed[tc->told].stamp < best->handed[best->told].stamp))
+            if (tc->told < tc->nhanded && (!best || tc->told_log[tc->told].stamp < best->told_log[best->told].stamp))
                 best = tc;
         if (!best)
             break;
-        const tc_event *e = &best->handed[best->told++];
+        const tc_event *e = &best->told_log[best->told++];
         tell_one(a, e, best->handed_order, 0);
         if (e->requested == CCI_FAST_FREED)  // its completion, made together with the request
             tell_one(a, e, best->handed_order, 1);
@@ -630,8 +626,10 @@ void cci__lock(cci_allocator *a)
         // The batch doors hear of the fast paths' events now, before any event of this section
         // (which they are told at once: cci__notify_full), so that inside a locked section a batch
         // observer has seen every event before it (cci_batch_fn).
-        if (tc->nhanded)
-            tc->handed_kept = tell_batch(a, tc, tc->handed_order, tc->handed, tc->nhanded);
+        if (tc->nhanded) {
+            tc->told_log = tc->handed;
+            tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded);
+        }
     }
 }
 
@@ -783,8 +781,7 @@ static inline int log_room(cci_allocator *a, cci_tc *tc)
         return 1;
     if (a->nobs_serial_fast)
         return 0;
-    if (tell_batch(a, tc, tc->order, tc->log, tc->nlog))
-        replace_kept(tc, &tc->log);
+    tell_batch(a, tc, tc->order, &tc->log, tc->nlog);
     tc->nlog = 0;
     return 1;
 }
