@@ -60,7 +60,7 @@ struct cci_history {
     size_t nmarks, marks_cap;
     pthread_mutex_t chunk_lock;  // the list; chunks never change once linked
     chunk *chunks;
-    _Atomic uint64_t batched, batch_dropped;  // records in chunks, and events past the cap
+    _Atomic uint64_t batched, batch_dropped;  // events in chunks, and those past the cap
 };
 
 static uint64_t record_w0(const cci_event *ev, unsigned slot)
@@ -142,28 +142,37 @@ static uint64_t fast_events(const cci_fast_event *ev, size_t n)
     return events;
 }
 
-// The fast paths' events of one thread (cci_batch_fn): a chunk, copied, then linked. The cap
-// counts records here (a chunk record is one slot of the bounded memory, whatever it stands for).
-static int observe_batch(void *ud, uint64_t order, cci_fast_event *ev, size_t n, int may_keep)
+// The fast paths' events of one thread (cci_batch_fn): a chunk, kept or copied, then linked.
+static int observe_batch(void *ud, const cci_fast_batch *b)
 {
     cci_history *h = ud;
-    uint64_t before = atomic_fetch_add_explicit(&h->batched, n, memory_order_relaxed);
+    cci_fast_event *ev = b->ev;
+    size_t n = b->n;
+    uint64_t events = b->events;
+    uint64_t before = atomic_fetch_add_explicit(&h->batched, events, memory_order_relaxed);
     uint64_t room = h->max > before ? h->max - before : 0;  // the locked side's count is checked there
-    size_t take = n < room ? n : (size_t)room;
-    int keep = may_keep && take == n;
+    size_t take = n;
+    uint64_t kept = events;
+    if (__builtin_expect(events > room, 0)) {  // at the cap: the records whose events fit
+        take = 0;
+        kept = 0;
+        for (uint64_t e; take < n && kept + (e = 1 + (ev[take].requested == CCI_FAST_FREED)) <= room; take++)
+            kept += e;
+    }
+    int keep = b->may_keep && take == n;
     chunk *c = take ? malloc(sizeof *c + (keep ? 0 : take * sizeof c->copied[0])) : NULL;
     if (!c)
-        take = 0;
-    if (take < n) {  // past the cap, or no host memory for the chunk
-        atomic_fetch_add_explicit(&h->batch_dropped, fast_events(ev + take, n - take), memory_order_relaxed);
-        atomic_fetch_sub_explicit(&h->batched, n - take, memory_order_relaxed);
+        take = kept = 0;
+    if (kept < events) {  // past the cap, or no host memory for the chunk
+        atomic_fetch_add_explicit(&h->batch_dropped, events - kept, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&h->batched, events - kept, memory_order_relaxed);
     }
     if (!take)
         return 0;
     // Kept: the doors after ours still read it, and then the cache's unlock (never freed before
     // cci_history_destroy, in a fork child).
     c->rec = keep ? ev : memcpy(c->copied, ev, take * sizeof *ev);
-    c->order = order;
+    c->order = b->order;
     c->n = take;
     pthread_mutex_lock(&h->chunk_lock);
     c->next = h->chunks;

@@ -69,21 +69,29 @@ typedef struct cci_fast_event {
 } cci_fast_event;
 #define CCI_FAST_FREED SIZE_MAX
 
+/// A batch: `n` fast-path records of one thread, oldest first, standing for `events` events, all
+/// of the odd `order`.
+typedef struct cci_fast_batch {
+    uint64_t order;
+    cci_fast_event *ev;  ///< the thread cache's log (see may_keep)
+    size_t n, events;
+    /// The log is full and may be kept: the door may return 1, and the log (malloc'ed) is then
+    /// the observer's, to free() once the allocator is gone, never before (the doors after it
+    /// and the unlock still read it); the cache takes another. Otherwise the door returns 0 and
+    /// the log is reused once it returns. This lets a history keep a full log as it is, where
+    /// copying it had cost as much as the rest of its work.
+    int may_keep;
+} cci_fast_batch;
+
 /// A batch observer's door for the fast paths' block events (per-thread caches: allocations and
-/// frees reusable at once): `n` events of one thread, oldest first, all of the odd `order`.
-/// Called without the allocator lock, by the thread that made them or by a lock holder, and
-/// possibly by several threads at once: the observer takes a lock of its own or keeps per-thread
-/// state. What it is guaranteed: every event of an even `order` reaches `fn` after every fast-path
-/// event of a lower `order` reached `batch`, and before any of a higher one. So sums kept by a
-/// batch observer are exact whenever `fn` is called. Telling events one at a time, in one order,
-/// under one lock, is what had kept threads from scaling: the batches let each thread hand its
-/// own events over.
-/// `ev` is the thread cache's log, reused once the door returns 0. With `may_keep` set (a full
-/// log), the door may return 1 instead: the log (malloc'ed) is then the observer's, to free() once
-/// the allocator is gone, never before (the doors after it and the unlock still read it), and the
-/// cache takes another. This lets a history keep a full log as it is, where copying it had cost
-/// as much as the rest of its work.
-typedef int (*cci_batch_fn)(void *ud, uint64_t order, cci_fast_event *ev, size_t n, int may_keep);
+/// frees reusable at once). Called without the allocator lock, by the thread that made them or
+/// by a lock holder, and possibly by several threads at once: the observer takes a lock of its
+/// own or keeps per-thread state. What it is guaranteed: every event of an even `order` reaches
+/// `fn` after every fast-path event of a lower `order` reached `batch`, and before any of a higher
+/// one. So sums kept by a batch observer are exact whenever `fn` is called. Telling events one at
+/// a time, in one order, under one lock, is what had kept threads from scaling: the batches let
+/// each thread hand its own events over.
+typedef int (*cci_batch_fn)(void *ud, const cci_fast_batch *b);
 
 /// Creates the allocator of `device`. The configuration is copied. NULL on host out-of-memory.
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend backend);

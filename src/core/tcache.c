@@ -78,6 +78,7 @@ struct cci_tc {
     const tc_event *told_log;  // the handed events the unlock tells: `handed`, or the log an
                                // observer kept at the stop (it never frees it while we run)
     int nlog, nhanded, told;
+    int nlog_freed, nhanded_freed;  // of those records, frees (each stands for two events)
     uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
@@ -416,6 +417,8 @@ static void swap_logs(cci_allocator *a)
         tc_event *t = tc->handed;
         tc->handed = tc->log;
         tc->nhanded = tc->nlog;
+        tc->nhanded_freed = tc->nlog_freed;
+        tc->nlog_freed = 0;
         tc->handed_order = tc->order;
         tc->log = t;
         tc->nlog = 0;
@@ -427,13 +430,15 @@ static void swap_logs(cci_allocator *a)
 // too); then the spare takes its place in *log, and a new spare is made (none without host
 // memory: the next logs are only copied). Called by the cache's owner inside its gate, or by the
 // lock holder while the cache is stopped: the only two that touch `spare`.
-static void tell_batch(cci_allocator *a, cci_tc *tc, uint64_t order, tc_event **log, int n)
+static void tell_batch(cci_allocator *a, cci_tc *tc, uint64_t order, tc_event **log, int n, int freed)
 {
+    cci_fast_batch b = {order, *log, (size_t)n, (size_t)n + (size_t)freed, tc->spare && n == LOG_EVENTS};
     int kept = 0;
     for (int i = 0; i < a->nobs; i++)
-        if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS))
-            kept |= a->obs[i].batch(a->obs[i].ud, order, *log, (size_t)n,
-                                    !kept && tc->spare && n == LOG_EVENTS);
+        if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS)) {
+            kept |= a->obs[i].batch(a->obs[i].ud, &b);
+            b.may_keep &= !kept;
+        }
     if (kept) {
         *log = tc->spare;
         tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);
@@ -628,7 +633,7 @@ void cci__lock(cci_allocator *a)
         // observer has seen every event before it (cci_batch_fn).
         if (tc->nhanded) {
             tc->told_log = tc->handed;
-            tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded);
+            tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded, tc->nhanded_freed);
         }
     }
 }
@@ -769,6 +774,7 @@ static inline __attribute__((always_inline)) void log_free_now(cci_tc *tc, uint6
     size_t size = b->size;
     tc->log[n] = (tc_event){addr, size, CCI_FAST_FREED, stream, stamp};
     tc->nlog = n + 1;
+    tc->nlog_freed++;
 }
 
 // Room for one more record in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
@@ -781,8 +787,8 @@ static inline int log_room(cci_allocator *a, cci_tc *tc)
         return 1;
     if (a->nobs_serial_fast)
         return 0;
-    tell_batch(a, tc, tc->order, &tc->log, tc->nlog);
-    tc->nlog = 0;
+    tell_batch(a, tc, tc->order, &tc->log, tc->nlog, tc->nlog_freed);
+    tc->nlog = tc->nlog_freed = 0;
     return 1;
 }
 
@@ -926,7 +932,7 @@ void cci__tc_forget_all(cci_allocator *a)
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
-        tc->nlog = tc->nhanded = tc->told = 0;
+        tc->nlog = tc->nhanded = tc->told = tc->nlog_freed = tc->nhanded_freed = 0;
     }
 }
 

@@ -218,11 +218,11 @@ static void observe(void *ud, const cci_event *ev)
 // samples come from the events of locked sections, at which the sums are exact; and no peak is
 // missed that way: a fast path never raises a figure past its peak (tcache.h), so every peak is
 // reached by an event of a locked section.
-static int observe_batch(void *ud, uint64_t order, cci_fast_event *ev, size_t n, int may_keep)
+static int observe_batch(void *ud, const cci_fast_batch *b)
 {
-    (void)order;
-    (void)may_keep;
     cci_report_timeline *t = ud;
+    const cci_fast_event *ev = b->ev;
+    size_t n = b->n;
     // Bytes allocated and freed per pool, summed without a branch: this runs for every record of
     // the hooks' fast path (issue 15). A fast free's request and completion come together, so the
     // waiting bytes do not move.

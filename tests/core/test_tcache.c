@@ -366,7 +366,7 @@ static struct {
     arrived *ev;
     size_t n, cap;
     long batches;
-    int bad_batch;  // a batch of an even order, or an allocation of more than its block
+    int bad_batch;  // a batch of an even order, an allocation of more than its block, a wrong count
 } got = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, 0};
 
 static void keep(const cci_event *ev)
@@ -391,10 +391,12 @@ static void serial_door(void *ud, const cci_event *ev)
 
 // Each record as the events it stands for (cci_fast_event): an allocation, or a free's request
 // and completion.
-static int batch_door(void *ud, uint64_t order, cci_fast_event *ev, size_t n, int may_keep)
+static int batch_door(void *ud, const cci_fast_batch *b)
 {
     (void)ud;
-    (void)may_keep;
+    uint64_t order = b->order;
+    const cci_fast_event *ev = b->ev;
+    size_t n = b->n, events = 0;
     pthread_mutex_lock(&got.lock);
     got.batches++;
     if (order % 2 != 1)
@@ -407,11 +409,15 @@ static int batch_door(void *ud, uint64_t order, cci_fast_event *ev, size_t n, in
             keep(&e);
             e.kind = CCI_EV_FREE_COMPLETED;
             e.requested = 0;
+            events++;
         } else if (ev[i].requested > ev[i].size) {
             got.bad_batch = 1;
         }
         keep(&e);
+        events++;
     }
+    if (events != b->events)
+        got.bad_batch = 1;
     pthread_mutex_unlock(&got.lock);
     return 0;
 }
@@ -438,7 +444,7 @@ static void batch_observer(void)
     cci_allocator_flush_events(a);
     cci_alloc_stats(a, &st);
     CHECK(failures == 0, "%ld allocator calls failed", failures);
-    CHECK(!got.bad_batch, "every batch: an odd order, allocations within their block");
+    CHECK(!got.bad_batch, "every batch: an odd order, allocations within their block, its events counted");
     CHECK(got.batches > THREADS, "full logs went out as batches (%ld batches)", got.batches);
     qsort(got.ev, got.n, sizeof *got.ev, by_order);
     // Replayed in that order: every free is of a live block, every allocation of a free address.
