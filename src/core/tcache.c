@@ -67,10 +67,12 @@ struct cci_tc {
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
-                                            // pool; [CCI_POOL_ALL].cur is the sum of the two others'
-                                            // (the credit check's), its .inc unused
-    int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may raise each statistic's net
-                                            // change (shard .cur) before the next stop
+                                            // pool: .inc kept by the fast paths, .cur worked out at
+                                            // the stop (given - credit); [CCI_POOL_ALL] unused
+    int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may still raise each statistic
+                                            // before the next stop: what the unlock gave, less the
+                                            // net change since (so the check is one compare a kind)
+    int64_t given[CCI_POOL_KINDS][NKIND];   // the credits as the last unlock set them
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
     tc_event *spare;           // a log ready to replace a full one an observer keeps (NULL: none, so
@@ -201,27 +203,26 @@ static inline __attribute__((always_inline)) void split_on_free(const cci_block 
 // more than the comparisons.
 static inline __attribute__((always_inline)) int delta_covered(const cci_tc *tc, const delta *v, int first)
 {
-    const int64_t *net = tc->shard[v->pool].cur, *net_all = tc->shard[CCI_POOL_ALL].cur;
     const int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
     int over = 0;
 #pragma GCC unroll 6  // in full: six kinds, each a few instructions (the loop's own cost as much)
     for (int k = first; k < NKIND; k++)
-        over |= (net[k] + v->d[k] > credit[k]) | (net_all[k] + v->d[k] > credit_all[k]);
+        over |= (v->d[k] > credit[k]) | (v->d[k] > credit_all[k]);
     return !over;
 }
 
-// A fast path's change, into the thread's shard: the net change of its pool and of both, and the
-// running total of increases (an allocation's signed kinds; the split kinds' when they rise). The
-// credits stay as the unlock set them (see delta_covered).
+// A fast path's change: spent from (or, lowering a figure, earned back into) the credits of its pool
+// and of both, and added to the pool's running total of increases (an allocation's signed kinds;
+// the split kinds' when they rise). The net change is what the credits moved (fold_cache).
 static inline __attribute__((always_inline)) void delta_apply(cci_tc *tc, const delta *v, int allocation)
 {
     shard_pool *sh = &tc->shard[v->pool];
-    int64_t *net_all = tc->shard[CCI_POOL_ALL].cur;
+    int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
 #pragma GCC unroll 6
     for (int k = 0; k < NKIND; k++) {
         int64_t d = v->d[k];
-        sh->cur[k] += d;
-        net_all[k] += d;
+        credit[k] -= d;
+        credit_all[k] -= d;
         if (k >= K_SIGNED)
             sh->inc[k] += d > 0 ? d : 0;
         else if (allocation)
@@ -520,17 +521,16 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     if (!tc->dirty)
         return;
     tc->dirty = 0;
+    // The net change is what the credits moved since the unlock gave them. What the fast paths
+    // raised is spent, what they lowered earned (the value moved away from its peak): the credits
+    // stay where the fast paths left them, and the unlock hands out what is left.
+    for (int pool = CCI_POOL_SMALL; pool <= CCI_POOL_LARGE; pool++)
+#pragma GCC unroll 6
+        for (int k = 0; k < NKIND; k++)
+            tc->shard[pool].cur[k] = tc->given[pool][k] - tc->credit[pool][k];
     stats_fold_in(&a->st, CCI_POOL_SMALL, &tc->shard[CCI_POOL_SMALL]);
     stats_fold_in(&a->st, CCI_POOL_LARGE, &tc->shard[CCI_POOL_LARGE]);
-    // What the fast paths raised is spent from the credits, what they lowered earned (the value
-    // moved away from its peak): the unlock hands out what is left.
-#pragma GCC unroll 3
-    for (int pool = 0; pool < CCI_POOL_KINDS; pool++)
-#pragma GCC unroll 6
-        for (int k = 0; k < NKIND; k++) {
-            tc->credit[pool][k] -= tc->shard[pool].cur[k];
-            tc->shard[pool].cur[k] = tc->shard[pool].inc[k] = 0;
-        }
+    memset(tc->shard, 0, sizeof tc->shard);
 }
 
 // One magazine class's blocks back to the free set. Lock held.
@@ -685,6 +685,8 @@ static void hand_out_credits(cci_allocator *a)
     }
     if (mine)
         memcpy(mine->credit, room, sizeof room);
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+        memcpy(tc->given, tc->credit, sizeof tc->given);
 }
 
 void cci__unlock(cci_allocator *a)
@@ -932,6 +934,7 @@ void cci__tc_forget_all(cci_allocator *a)
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
+        memset(tc->given, 0, sizeof tc->given);
         tc->nlog = tc->nhanded = tc->told = tc->nlog_freed = tc->nhanded_freed = 0;
     }
 }
