@@ -676,17 +676,17 @@ static void hand_out_credits(cci_allocator *a)
         if (tc == mine)
             continue;
         // A credit is never below 0 (fold_cache spends at most what was covered), nor the room.
-        int64_t *credit = &tc->credit[0][0];
+        int64_t *credit = &tc->credit[0][0], *given = &tc->given[0][0];
         for (int i = 0; i < CCI_POOL_KINDS * NKIND; i++) {
             int64_t c = credit[i] < left[i] ? credit[i] : left[i];
-            credit[i] = c;
+            credit[i] = given[i] = c;
             left[i] -= c;
         }
     }
-    if (mine)
+    if (mine) {
         memcpy(mine->credit, room, sizeof room);
-    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-        memcpy(tc->given, tc->credit, sizeof tc->given);
+        memcpy(mine->given, room, sizeof room);
+    }
 }
 
 void cci__unlock(cci_allocator *a)
