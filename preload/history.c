@@ -27,20 +27,20 @@
 
 // The per-thread caches' events come in batches, each thread's own (cci_batch_fn), possibly
 // from several threads at once: each batch becomes a chunk of its own, in the thread that made
-// it, and only linking it takes a lock. Its records are twice as wide as the locked sections'
-// (the stream itself and the time stamp that merges the threads' chunks), hence a chunk of its
-// own rather than slots in the shared array.
+// it, and only linking it takes a lock. A chunk keeps the records as the thread cache logged them
+// (cci_fast_event: the stream itself, the time stamp that merges the threads' chunks, a free
+// reusable at once as one record for its request and completion): a record-by-record translation
+// had cost ~20 instructions a served allocation or free (issue 15). They are translated once,
+// when the history becomes a trace (merge_chunks). A full log is kept as it is when the cache
+// lets us (cci_batch_fn: it becomes the chunk's records, and the cache takes a new log), which a
+// fast loop's batches all are; the others are copied.
 typedef struct chunk {
     struct chunk *next;
     uint64_t order;
-    size_t n;           // records
-    size_t paired;      // records that stand for two events (PAIRED)
-    uint64_t rec[][4];  // w0 and w1 as above (w0's slot byte: PAIRED or 0), the stream, the stamp
+    size_t n;              // records
+    cci_fast_event *rec;   // `copied`, or a log kept whole (a block of its own)
+    cci_fast_event copied[];
 } chunk;
-// In a chunk record's w0: a free_requested (mode NOW) whose free_completed followed it in the
-// batch, same block, stream, size and stamp (the fast path logs a free reusable at once as both):
-// one record for the two, expanded again when the history becomes a trace (merge_chunks).
-#define PAIRED ((uint64_t)1 << 56)
 
 // Where the order of the locked sections' records changes: records [start, next mark's start)
 // have this order (cci_event.order).
@@ -133,67 +133,52 @@ static void observe(void *ud, const cci_event *ev)
     h->n++;
 }
 
-// The fast paths' events of one thread (cci_batch_fn): a chunk, filled here, then linked.
-static void observe_batch(void *ud, const cci_event *ev, size_t n)
+// Events a run of fast-path records stands for (a free reusable at once is two).
+static uint64_t fast_events(const cci_fast_event *ev, size_t n)
+{
+    uint64_t events = n;
+    for (size_t i = 0; i < n; i++)
+        events += ev[i].requested == CCI_FAST_FREED;
+    return events;
+}
+
+// The fast paths' events of one thread (cci_batch_fn): a chunk, kept or copied, then linked.
+static int observe_batch(void *ud, const cci_fast_batch *b)
 {
     cci_history *h = ud;
-    uint64_t before = atomic_fetch_add_explicit(&h->batched, n, memory_order_relaxed);
+    cci_fast_event *ev = b->ev;
+    size_t n = b->n;
+    uint64_t events = b->events;
+    uint64_t before = atomic_fetch_add_explicit(&h->batched, events, memory_order_relaxed);
     uint64_t room = h->max > before ? h->max - before : 0;  // the locked side's count is checked there
-    size_t take = n < room ? n : (size_t)room;
-    chunk *c = take ? malloc(sizeof *c + take * sizeof c->rec[0]) : NULL;
-    size_t k = 0;
-    // The first `take` events (the room there is): a batch holds block events only (the fast
-    // paths' kinds, cci_batch_fn), so one bound per event is enough; an event of another kind
-    // would be skipped, and counted as dropped below with the rest. The fast paths' three kinds
-    // are spelled out ahead of record_w1's switch, a free's completion joins its request's record
-    // (PAIRED), and one pointer walks the records: this loop runs for every served allocation
-    // and free (three events a pair, issue 15), and had cost ~26 instructions an event with the
-    // switch and the indexed stores.
-    size_t paired = 0;
-    if (c) {
-        uint64_t(*r)[4] = c->rec;
-        for (const cci_event *e = ev, *end = ev + take; e < end; e++) {
-            const cci_event *x = e;
-            uint64_t w1, flag = 0;
-            if (x->kind == CCI_EV_ALLOC) {
-                w1 = x->requested;
-            } else if (x->kind == CCI_EV_FREE_REQUESTED) {
-                w1 = x->size | (uint64_t)(x->requested & 0xFF) << MODE_SHIFT;
-                // Stream, size and stamp need no comparing: the fast path writes the two events
-                // together from one block and one stamp (tcache.c, log_free_now), and a batch
-                // holds the fast paths' events only.
-                if (e + 1 < end && e[1].kind == CCI_EV_FREE_COMPLETED && e[1].addr == x->addr) {
-                    flag = PAIRED;
-                    e++;
-                    paired++;
-                }
-            } else if (!record_w1(x, &w1)) {
-                continue;
-            }
-            (*r)[0] = record_w0(x, 0) | flag;
-            (*r)[1] = w1;
-            (*r)[2] = x->stream;
-            (*r)[3] = x->stamp;
-            r++;
-        }
-        k = (size_t)(r - c->rec);
+    size_t take = n;
+    uint64_t kept = events;
+    if (__builtin_expect(events > room, 0)) {  // at the cap: the records whose events fit
+        take = 0;
+        kept = 0;
+        for (uint64_t e; take < n && kept + (e = 1 + (ev[take].requested == CCI_FAST_FREED)) <= room; take++)
+            kept += e;
     }
-    size_t kept = k + paired;  // events
-    if (n - kept)  // past the cap, or no host memory for the chunk
-        atomic_fetch_add_explicit(&h->batch_dropped, n - kept, memory_order_relaxed);
-    if (n > kept)
-        atomic_fetch_sub_explicit(&h->batched, n - kept, memory_order_relaxed);
-    if (!k) {
-        free(c);
-        return;
+    int keep = b->may_keep && take == n;
+    chunk *c = take ? malloc(sizeof *c + (keep ? 0 : take * sizeof c->copied[0])) : NULL;
+    if (!c)
+        take = kept = 0;
+    if (kept < events) {  // past the cap, or no host memory for the chunk
+        atomic_fetch_add_explicit(&h->batch_dropped, events - kept, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&h->batched, events - kept, memory_order_relaxed);
     }
-    c->order = ev[0].order;
-    c->n = k;
-    c->paired = paired;
+    if (!take)
+        return 0;
+    // Kept: the doors after ours still read it, and then the cache's unlock (never freed before
+    // cci_history_destroy, in a fork child).
+    c->rec = keep ? ev : memcpy(c->copied, ev, take * sizeof *ev);
+    c->order = b->order;
+    c->n = take;
     pthread_mutex_lock(&h->chunk_lock);
     c->next = h->chunks;
     h->chunks = c;
     pthread_mutex_unlock(&h->chunk_lock);
+    return keep;
 }
 
 cci_history *cci_history_attach(cci_allocator *a, uint64_t max_events, uint64_t capacity)
@@ -235,6 +220,8 @@ void cci_history_destroy(cci_history *h)
     munmap(h->rec, h->map_bytes);
     for (chunk *c = h->chunks, *next; c; c = next) {
         next = c->next;
+        if (c->rec != c->copied)
+            free(c->rec);
         free(c);
     }
     free(h->marks);
@@ -295,7 +282,20 @@ static void emit(cci_trace *t, int device, uint64_t w0, uint64_t w1, uint64_t st
                                       .free_mode = (uint8_t)(w1 >> MODE_SHIFT)};
 }
 
-static uint64_t head_stamp(const order_run *r) { return r->c->rec[r->pos][3]; }
+static uint64_t head_stamp(const order_run *r) { return r->c->rec[r->pos].stamp; }
+
+// A fast-path record as the events it stands for.
+static void emit_fast(cci_trace *t, int device, const cci_fast_event *e)
+{
+    uint64_t addr = (uint64_t)e->addr & ADDR_MASK;
+    if (e->requested != CCI_FAST_FREED) {
+        emit(t, device, addr | (uint64_t)CCI_EV_ALLOC << ADDR_BITS, e->requested, e->stream);
+        return;
+    }
+    emit(t, device, addr | (uint64_t)CCI_EV_FREE_REQUESTED << ADDR_BITS,
+         (e->size & SIZE_MASK) | (uint64_t)CCI_FREE_NOW << MODE_SHIFT, e->stream);
+    emit(t, device, addr | (uint64_t)CCI_EV_FREE_COMPLETED << ADDR_BITS, e->size & SIZE_MASK, e->stream);
+}
 
 // The chunks of one order (several threads' batches between two locked sections), merged by
 // time stamp through a binary heap of run indices.
@@ -312,11 +312,7 @@ static void merge_chunks(cci_trace *t, int device, order_run *r, size_t k, size_
     }
     while (m) {
         order_run *top = &r[heap[0]];
-        const uint64_t *rec = top->c->rec[top->pos++];
-        emit(t, device, rec[0], rec[1], rec[2]);
-        if (rec[0] & PAIRED)  // the free's completion, as the fast path logged it
-            emit(t, device, (rec[0] & ADDR_MASK) | (uint64_t)CCI_EV_FREE_COMPLETED << ADDR_BITS, rec[1] & SIZE_MASK,
-                 rec[2]);
+        emit_fast(t, device, &top->c->rec[top->pos++]);
         if (top->pos == top->c->n)
             heap[0] = heap[--m];
         for (size_t j = 0;;) {  // sift down
@@ -348,7 +344,7 @@ static int to_trace(cci_history *h, cci_allocator *a, cci_trace *t, struct exten
     size_t nchunks = 0, total = e->n;
     for (const chunk *c = e->chunks; c; c = c->next) {
         nchunks++;
-        total += c->n + c->paired;
+        total += fast_events(c->rec, c->n);
     }
     size_t nruns = nchunks + e->nmarks + 1;
     order_run *r = e->no_memory ? NULL : malloc(nruns * sizeof *r);

@@ -34,16 +34,11 @@ static inline int driver_level(void)
 static _Thread_local CUcontext last_primary __attribute__((tls_model("initial-exec")));
 static _Thread_local int last_primary_device __attribute__((tls_model("initial-exec")));
 
-static int primary_device(const cci_real_driver *t, int *device)
+// The search when the thread's current context `cur` is not its last primary context. Out of
+// line: the fast path below is one driver call and two compares (issue 15).
+static __attribute__((noinline)) int primary_device_search(const cci_real_driver *t, CUcontext cur, int *device)
 {
-    CUcontext cur = NULL;
     CUdevice dev;
-    if (!t->cuCtxGetCurrent || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
-        return -1;
-    if (__builtin_expect(cur == last_primary, 1) && cci_cuda_backend_primary_peek(last_primary_device) == cur) {
-        *device = last_primary_device;
-        return 0;
-    }
     if (!t->cuCtxGetDevice || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (unsigned)dev >= CCI_PL_MAX_DEVICES)
         return -1;
     CUcontext primary = cci_cuda_backend_primary(dev, 0);
@@ -63,6 +58,21 @@ static int primary_device(const cci_real_driver *t, int *device)
     last_primary_device = dev;
     *device = dev;
     return 0;
+}
+
+// The thread's current context is asked on every call: a context can be made current behind our
+// back (cudart's private driver tables), so no cache of our own could be proved right.
+static inline int primary_device(const cci_real_driver *t, int *device)
+{
+    CUcontext cur = NULL;
+    if (!t->cuCtxGetCurrent || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
+        return -1;
+    int d = last_primary_device;
+    if (__builtin_expect(cur == last_primary, 1) && cci_cuda_backend_primary_peek(d) == cur) {
+        *device = d;
+        return 0;
+    }
+    return primary_device_search(t, cur, device);
 }
 
 // The device of the current context, whichever context it is (for cuMemGetInfo).

@@ -29,47 +29,34 @@ uint64_t cci__stream_key_per_thread(void)
 
 // Asking the runtime for a stream's device costs a CUDA call on every cudaMallocAsync; the answer
 // never changes while the stream lives. Each thread remembers its last few streams, tagged with
-// the generation of stream destruction they were learnt in.
+// the generation of stream destruction they were learnt in, and its last one apart (streams.h).
 #define STREAM_DEVICES 8
-static _Atomic uint64_t stream_generation;
-static _Thread_local struct {
-    cudaStream_t s;
-    int device;
-    uint64_t generation;
-} known[STREAM_DEVICES] __attribute__((tls_model("initial-exec")));
+_Atomic uint64_t cci__stream_generation;
+_Thread_local cci_stream_seen cci__stream_last __attribute__((tls_model("initial-exec")));
+static _Thread_local cci_stream_seen known[STREAM_DEVICES] __attribute__((tls_model("initial-exec")));
 static _Thread_local unsigned known_next __attribute__((tls_model("initial-exec")));
 
-static _Thread_local unsigned known_last __attribute__((tls_model("initial-exec")));  // last hit
-
-int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
+int cci__stream_device_lookup(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
 {
-    uint64_t gen = atomic_load_explicit(&stream_generation, memory_order_acquire) + 1;  // 0: empty
-    // A thread usually allocates on the stream it used last: that entry first, then the rest.
-    unsigned last = known_last;
-    if (__builtin_expect(known[last].s == s && known[last].generation == gen, 1)) {
-        *device = known[last].device;
-        return 0;
-    }
+    uint64_t gen = atomic_load_explicit(&cci__stream_generation, memory_order_acquire) + 1;
     for (unsigned i = 0; i < STREAM_DEVICES; i++) {
         if (known[i].s == s && known[i].generation == gen) {
             *device = known[i].device;
-            known_last = i;
+            cci__stream_last = known[i];
             return 0;
         }
     }
     if (ask(s, device) != 0)
         return -1;
-    unsigned i = known_next++ % STREAM_DEVICES;
-    known_last = i;
-    known[i].s = s;
-    known[i].device = *device;
-    known[i].generation = gen;
+    cci_stream_seen seen = {s, *device, gen};
+    known[known_next++ % STREAM_DEVICES] = seen;
+    cci__stream_last = seen;
     return 0;
 }
 
 void cci_streams_forget(void)
 {
-    atomic_fetch_add_explicit(&stream_generation, 1, memory_order_release);
+    atomic_fetch_add_explicit(&cci__stream_generation, 1, memory_order_release);
 }
 
 // The stream the real runtime should be asked about, spelled so the plain entry point

@@ -51,7 +51,25 @@ cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz);
 /// The device of stream `s` (not a default stream), remembered per thread: asked of `ask` (a
 /// CUDA call) the first time a thread meets the stream, and again only after some stream was
 /// destroyed (a handle may then come back for a stream of another device). 0 or -1 as `ask`.
-int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device));
+/// Inline for the thread's last stream (every same-stream cudaMallocAsync, issue 15); the others
+/// in streams.c.
+typedef struct cci_stream_seen {
+    cudaStream_t s;
+    int device;
+    uint64_t generation;  // of stream destruction, + 1 (0: an empty entry)
+} cci_stream_seen;
+extern _Atomic uint64_t cci__stream_generation;
+extern _Thread_local cci_stream_seen cci__stream_last __attribute__((tls_model("initial-exec")));
+int cci__stream_device_lookup(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device));
+static inline int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
+{
+    uint64_t gen = atomic_load_explicit(&cci__stream_generation, memory_order_acquire) + 1;
+    if (__builtin_expect(cci__stream_last.s == s && cci__stream_last.generation == gen, 1)) {
+        *device = cci__stream_last.device;
+        return 0;
+    }
+    return cci__stream_device_lookup(s, device, ask);
+}
 /// A stream is about to be destroyed, or a device reset: every thread asks again.
 void cci_streams_forget(void);
 

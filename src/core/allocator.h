@@ -54,16 +54,44 @@ typedef struct cci_event {
 /// Up to CCI_MAX_OBSERVERS may be attached (trace recorder, report timeline).
 typedef void (*cci_observer_fn)(void *ud, const cci_event *ev);
 
+/// A fast path's block event, as a thread cache logs it and a batch observer gets it
+/// (cci_batch_fn): an allocation, or a free reusable at once, which stands for the two events a
+/// locked free makes, CCI_EV_FREE_REQUESTED (mode CCI_FREE_NOW) and CCI_EV_FREE_COMPLETED (they
+/// happen together, with one stamp). Device and order are the batch's. 40 bytes for what took three
+/// 56-byte cci_events a pair: writing and reading those was most of what the observers added to
+/// every served allocation and free (issue 15).
+typedef struct cci_fast_event {
+    uintptr_t addr;
+    size_t size;       ///< the block size (rounded)
+    size_t requested;  ///< an allocation: what the program asked for; a free: CCI_FAST_FREED
+    uint64_t stream;
+    uint64_t stamp;    ///< as cci_event.stamp
+} cci_fast_event;
+#define CCI_FAST_FREED SIZE_MAX
+
+/// A batch: `n` fast-path records of one thread, oldest first, standing for `events` events, all
+/// of the odd `order`.
+typedef struct cci_fast_batch {
+    uint64_t order;
+    cci_fast_event *ev;  ///< the thread cache's log (see may_keep)
+    size_t n, events;
+    /// The log is full and may be kept: the door may return 1, and the log (malloc'ed) is then
+    /// the observer's, to free() once the allocator is gone, never before (the doors after it
+    /// and the unlock still read it); the cache takes another. Otherwise the door returns 0 and
+    /// the log is reused once it returns. This lets a history keep a full log as it is, where
+    /// copying it had cost as much as the rest of its work.
+    int may_keep;
+} cci_fast_batch;
+
 /// A batch observer's door for the fast paths' block events (per-thread caches: allocations and
-/// frees reusable at once): `n` events of one thread, oldest first, all with the same `order`.
-/// Called without the allocator lock, by the thread that made them or by a lock holder, and
-/// possibly by several threads at once: the observer takes a lock of its own or keeps per-thread
-/// state. What it is guaranteed: every event of an even `order` reaches `fn` after every fast-path
-/// event of a lower `order` reached `batch`, and before any of a higher one. So sums kept by a
-/// batch observer are exact whenever `fn` is called. Telling events one at a time, in one order,
-/// under one lock, is what had kept threads from scaling: the batches let each thread hand its
-/// own events over.
-typedef void (*cci_batch_fn)(void *ud, const cci_event *ev, size_t n);
+/// frees reusable at once). Called without the allocator lock, by the thread that made them or
+/// by a lock holder, and possibly by several threads at once: the observer takes a lock of its
+/// own or keeps per-thread state. What it is guaranteed: every event of an even `order` reaches
+/// `fn` after every fast-path event of a lower `order` reached `batch`, and before any of a higher
+/// one. So sums kept by a batch observer are exact whenever `fn` is called. Telling events one at
+/// a time, in one order, under one lock, is what had kept threads from scaling: the batches let
+/// each thread hand its own events over.
+typedef int (*cci_batch_fn)(void *ud, const cci_fast_batch *b);
 
 /// Creates the allocator of `device`. The configuration is copied. NULL on host out-of-memory.
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend backend);

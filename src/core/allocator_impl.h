@@ -52,7 +52,7 @@ typedef struct cci_fence_batch {
     struct cci_fence_batch *next;  // closed batches, oldest first
 } cci_fence_batch;
 
-// An event kept for the observers until the next unlock, or a batch (tcache.c).
+// An event of a locked section kept for the observers until the next unlock (tcache.c).
 typedef cci_event cci_tc_event;
 
 struct cci_allocator {

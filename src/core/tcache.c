@@ -20,7 +20,7 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 #define MAG_CLASSES 8   // (stream, size) classes a thread keeps at once
 #define MAG_DEPTH 4     // blocks per class: a burst of frees of one size, taken back in turn
 #define ALL_CLASSES ((1u << MAG_CLASSES) - 1)
-#define LOG_EVENTS 2048  // events kept for the observers between two stops (2 x 96 KiB a thread)
+#define LOG_EVENTS 2048  // records kept for the observers between two stops (2 x 80 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
 #define OWNER_WAIT_SPINS 1024  // pauses before a lock holder waiting for a fast path yields its CPU
 
@@ -43,7 +43,7 @@ typedef struct {
     int64_t split_bytes[MAG_DEPTH];  // ... and to their bytes (split_on_free)
 } mag_class;
 
-typedef cci_tc_event tc_event;
+typedef cci_fast_event tc_event;
 
 // The classes of a `filled` mask, lowest first: the order a scan of every class would take.
 #define FOR_EACH_CLASS(c, mask) \
@@ -67,13 +67,21 @@ struct cci_tc {
     cci_block **table;         // the blocks this thread may free on its fast path, by address
     size_t table_cap, table_used;  // used counts tombstones too
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
-                                            // pool; [CCI_POOL_ALL].cur is the sum of the two others'
-                                            // (the credit check's), its .inc unused
-    int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may raise each statistic's net
-                                            // change (shard .cur) before the next stop
+                                            // pool: .inc kept by the fast paths, .cur worked out at
+                                            // the stop (given - credit); [CCI_POOL_ALL] unused
+    int64_t credit[CCI_POOL_KINDS][NKIND];  // how far the fast paths may still raise each statistic
+                                            // before the next stop: what the unlock gave, less the
+                                            // net change since (so the check is one compare a kind)
+    int64_t given[CCI_POOL_KINDS][NKIND];   // the credits as the last unlock set them
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
+    tc_event *spare;           // a log ready to replace a full one an observer keeps (NULL: none, so
+                               // no observer may keep one: cci_batch_fn)
+    const tc_event *told_log;  // the handed events the unlock tells: `handed`, or the log an
+                               // observer kept at the stop (it never frees it while we run)
     int nlog, nhanded, told;
+    int nlog_freed, nhanded_freed;  // of those records, frees (each stands for two events)
+    uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
     uint64_t order;            // the `order` of this thread's fast-path events (set at each unlock)
@@ -195,27 +203,26 @@ static inline __attribute__((always_inline)) void split_on_free(const cci_block 
 // more than the comparisons.
 static inline __attribute__((always_inline)) int delta_covered(const cci_tc *tc, const delta *v, int first)
 {
-    const int64_t *net = tc->shard[v->pool].cur, *net_all = tc->shard[CCI_POOL_ALL].cur;
     const int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
     int over = 0;
 #pragma GCC unroll 6  // in full: six kinds, each a few instructions (the loop's own cost as much)
     for (int k = first; k < NKIND; k++)
-        over |= (net[k] + v->d[k] > credit[k]) | (net_all[k] + v->d[k] > credit_all[k]);
+        over |= (v->d[k] > credit[k]) | (v->d[k] > credit_all[k]);
     return !over;
 }
 
-// A fast path's change, into the thread's shard: the net change of its pool and of both, and the
-// running total of increases (an allocation's signed kinds; the split kinds' when they rise). The
-// credits stay as the unlock set them (see delta_covered).
+// A fast path's change: spent from (or, lowering a figure, earned back into) the credits of its pool
+// and of both, and added to the pool's running total of increases (an allocation's signed kinds;
+// the split kinds' when they rise). The net change is what the credits moved (fold_cache).
 static inline __attribute__((always_inline)) void delta_apply(cci_tc *tc, const delta *v, int allocation)
 {
     shard_pool *sh = &tc->shard[v->pool];
-    int64_t *net_all = tc->shard[CCI_POOL_ALL].cur;
+    int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
 #pragma GCC unroll 6
     for (int k = 0; k < NKIND; k++) {
         int64_t d = v->d[k];
-        sh->cur[k] += d;
-        net_all[k] += d;
+        credit[k] -= d;
+        credit_all[k] -= d;
         if (k >= K_SIGNED)
             sh->inc[k] += d > 0 ? d : 0;
         else if (allocation)
@@ -321,6 +328,7 @@ static void cache_free(cci_tc *tc)
     free(tc->table);
     free(tc->log);
     free(tc->handed);
+    free(tc->spare);
     free(tc);
 }
 
@@ -377,6 +385,7 @@ static cci_tc *attach_cache(cci_allocator *a)
     if (tc) {
         tc->log = calloc(LOG_EVENTS, sizeof *tc->log);
         tc->handed = calloc(LOG_EVENTS, sizeof *tc->handed);
+        tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);  // none: logs are only copied
     }
     if (!tc || !tc->log || !tc->handed || pthread_setspecific(exit_key, tc) != 0) {  // non-NULL: destructor runs
         if (tc)
@@ -409,17 +418,51 @@ static void swap_logs(cci_allocator *a)
         tc_event *t = tc->handed;
         tc->handed = tc->log;
         tc->nhanded = tc->nlog;
+        tc->nhanded_freed = tc->nlog_freed;
+        tc->nlog_freed = 0;
+        tc->handed_order = tc->order;
         tc->log = t;
         tc->nlog = 0;
     }
 }
 
-// The observers with a batch door get `n` events of one thread at once.
-static void tell_batch(cci_allocator *a, const tc_event *ev, int n)
+// The observers with a batch door get `n` events of one thread at once. One of them may keep a
+// full log when the cache has a spare to replace it (a partial one would keep its unused tail
+// too); then the spare takes its place in *log, and a new spare is made (none without host
+// memory: the next logs are only copied). Called by the cache's owner inside its gate, or by the
+// lock holder while the cache is stopped: the only two that touch `spare`.
+static void tell_batch(cci_allocator *a, cci_tc *tc, uint64_t order, tc_event **log, int n, int freed)
 {
+    cci_fast_batch b = {order, *log, (size_t)n, (size_t)n + (size_t)freed, tc->spare && n == LOG_EVENTS};
+    int kept = 0;
     for (int i = 0; i < a->nobs; i++)
-        if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS))
-            a->obs[i].batch(a->obs[i].ud, ev, (size_t)n);
+        if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS)) {
+            kept |= a->obs[i].batch(a->obs[i].ud, &b);
+            b.may_keep &= !kept;
+        }
+    if (kept) {
+        *log = tc->spare;
+        tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);
+    }
+}
+
+// The handed log has been told to every observer.
+static void handed_done(cci_tc *tc)
+{
+    tc->nhanded = tc->told = 0;
+    tc->told_log = NULL;
+}
+
+// A logged event as the observers without a batch door hear it: an allocation, or one of the two
+// events a free reusable at once stands for (`second`: its completion).
+static void tell_one(cci_allocator *a, const tc_event *e, uint64_t order, int second)
+{
+    cci_event ev = {CCI_EV_ALLOC, a->device, e->stream, e->addr, e->size, e->requested, order, e->stamp};
+    if (e->requested == CCI_FAST_FREED) {
+        ev.kind = second ? CCI_EV_FREE_COMPLETED : CCI_EV_FREE_REQUESTED;
+        ev.requested = second ? 0 : CCI_FREE_NOW;
+    }
+    cci__tell(a, &ev, CCI_TELL_SERIAL);
 }
 
 // Lock held, caches running: the swapped logs, merged by stamp, to the observers without a
@@ -428,20 +471,23 @@ static void tell_handed(cci_allocator *a)
 {
     if (!a->nobs_serial_fast) {
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-            tc->nhanded = tc->told = 0;
+            handed_done(tc);
         return;
     }
     for (;;) {
         cci_tc *best = NULL;
         for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-            if (tc->told < tc->nhanded && (!best || tc->handed[tc->told].stamp < best->handed[best->told].stamp))
+            if (tc->told < tc->nhanded && (!best || tc->told_log[tc->told].stamp < best->told_log[best->told].stamp))
                 best = tc;
         if (!best)
             break;
-        cci__tell(a, &best->handed[best->told++], CCI_TELL_SERIAL);
+        const tc_event *e = &best->told_log[best->told++];
+        tell_one(a, e, best->handed_order, 0);
+        if (e->requested == CCI_FAST_FREED)  // its completion, made together with the request
+            tell_one(a, e, best->handed_order, 1);
     }
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-        tc->nhanded = tc->told = 0;
+        handed_done(tc);
 }
 
 // Adds a shard to the allocator's statistics, without touching peaks: its increases stayed within
@@ -475,17 +521,16 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     if (!tc->dirty)
         return;
     tc->dirty = 0;
+    // The net change is what the credits moved since the unlock gave them. What the fast paths
+    // raised is spent, what they lowered earned (the value moved away from its peak): the credits
+    // stay where the fast paths left them, and the unlock hands out what is left.
+    for (int pool = CCI_POOL_SMALL; pool <= CCI_POOL_LARGE; pool++)
+#pragma GCC unroll 6
+        for (int k = 0; k < NKIND; k++)
+            tc->shard[pool].cur[k] = tc->given[pool][k] - tc->credit[pool][k];
     stats_fold_in(&a->st, CCI_POOL_SMALL, &tc->shard[CCI_POOL_SMALL]);
     stats_fold_in(&a->st, CCI_POOL_LARGE, &tc->shard[CCI_POOL_LARGE]);
-    // What the fast paths raised is spent from the credits, what they lowered earned (the value
-    // moved away from its peak): the unlock hands out what is left.
-#pragma GCC unroll 3
-    for (int pool = 0; pool < CCI_POOL_KINDS; pool++)
-#pragma GCC unroll 6
-        for (int k = 0; k < NKIND; k++) {
-            tc->credit[pool][k] -= tc->shard[pool].cur[k];
-            tc->shard[pool].cur[k] = tc->shard[pool].inc[k] = 0;
-        }
+    memset(tc->shard, 0, sizeof tc->shard);
 }
 
 // One magazine class's blocks back to the free set. Lock held.
@@ -586,8 +631,10 @@ void cci__lock(cci_allocator *a)
         // The batch doors hear of the fast paths' events now, before any event of this section
         // (which they are told at once: cci__notify_full), so that inside a locked section a batch
         // observer has seen every event before it (cci_batch_fn).
-        if (tc->nhanded)
-            tell_batch(a, tc->handed, tc->nhanded);
+        if (tc->nhanded) {
+            tc->told_log = tc->handed;
+            tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded, tc->nhanded_freed);
+        }
     }
 }
 
@@ -629,15 +676,17 @@ static void hand_out_credits(cci_allocator *a)
         if (tc == mine)
             continue;
         // A credit is never below 0 (fold_cache spends at most what was covered), nor the room.
-        int64_t *credit = &tc->credit[0][0];
+        int64_t *credit = &tc->credit[0][0], *given = &tc->given[0][0];
         for (int i = 0; i < CCI_POOL_KINDS * NKIND; i++) {
             int64_t c = credit[i] < left[i] ? credit[i] : left[i];
-            credit[i] = c;
+            credit[i] = given[i] = c;
             left[i] -= c;
         }
     }
-    if (mine)
+    if (mine) {
         memcpy(mine->credit, room, sizeof room);
+        memcpy(mine->given, room, sizeof room);
+    }
 }
 
 void cci__unlock(cci_allocator *a)
@@ -664,7 +713,7 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
         return 0;
     if (a->nevq == a->evq_cap) {
         size_t cap = a->evq_cap ? a->evq_cap * 2 : 256;
-        tc_event *q = realloc(a->evq, cap * sizeof *q);
+        cci_tc_event *q = realloc(a->evq, cap * sizeof *q);
         if (!q)
             return 0;  // host out of memory: told at once, a little out of order
         a->evq = q;
@@ -704,47 +753,44 @@ static inline __attribute__((always_inline)) cci_tc *enter(cci_allocator *a)
 
 static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-// The fields are read into locals first: a store into the log may alias `a`, `b` or `tc` for the
+// The fields are read into locals first: a store into the log may alias `b` or `tc` for the
 // compiler, which then reloaded each field between the stores (every served allocation and free
 // logs, issue 15: the observers' events are the hook path's largest cost over the core alone).
-static inline __attribute__((always_inline)) void log_event(const cci_allocator *a, cci_tc *tc, uint64_t stamp,
-                                                            cci_event_kind kind, const cci_block *b, size_t requested)
+static inline __attribute__((always_inline)) void log_alloc(cci_tc *tc, uint64_t stamp, const cci_block *b,
+                                                            size_t requested)
 {
-    int device = a->device, n = tc->nlog;
-    uint64_t stream = b->stream, order = tc->order;
+    int n = tc->nlog;
+    uint64_t stream = b->stream;
     uintptr_t addr = b->addr;
     size_t size = b->size;
-    tc->log[n] = (tc_event){kind, device, stream, addr, size, requested, order, stamp};
+    tc->log[n] = (tc_event){addr, size, requested, stream, stamp};
     tc->nlog = n + 1;
 }
 
-// A free reusable at once: its request and its completion, one stamp for both (they happen
-// together, and the log keeps their order), the block's fields read once.
-static inline __attribute__((always_inline)) void log_free_now(const cci_allocator *a, cci_tc *tc, uint64_t stamp,
-                                                               const cci_block *b)
+// A free reusable at once: one record for its request and its completion (cci_fast_event).
+static inline __attribute__((always_inline)) void log_free_now(cci_tc *tc, uint64_t stamp, const cci_block *b)
 {
-    int device = a->device, n = tc->nlog;
-    uint64_t stream = b->stream, order = tc->order;
+    int n = tc->nlog;
+    uint64_t stream = b->stream;
     uintptr_t addr = b->addr;
     size_t size = b->size;
-    tc_event *e = tc->log + n;
-    e[0] = (tc_event){CCI_EV_FREE_REQUESTED, device, stream, addr, size, CCI_FREE_NOW, order, stamp};
-    e[1] = (tc_event){CCI_EV_FREE_COMPLETED, device, stream, addr, size, 0, order, stamp};
-    tc->nlog = n + 2;
+    tc->log[n] = (tc_event){addr, size, CCI_FAST_FREED, stream, stamp};
+    tc->nlog = n + 1;
+    tc->nlog_freed++;
 }
 
-// Room for `n` more events in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
+// Room for one more record in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
 // every observer of the fast paths' kinds has a batch door, the full log goes to them from here
 // (inside the gate: a stop waits for it, so batches and stops keep their order) and no stop is
 // needed.
-static inline int log_room(cci_allocator *a, cci_tc *tc, int n)
+static inline int log_room(cci_allocator *a, cci_tc *tc)
 {
-    if (!a->nobs || tc->nlog <= LOG_EVENTS - n)
+    if (!a->nobs || tc->nlog < LOG_EVENTS)
         return 1;
     if (a->nobs_serial_fast)
         return 0;
-    tell_batch(a, tc->log, tc->nlog);
-    tc->nlog = 0;
+    tell_batch(a, tc, tc->order, &tc->log, tc->nlog, tc->nlog_freed);
+    tc->nlog = tc->nlog_freed = 0;
     return 1;
 }
 
@@ -766,7 +812,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
         if (!delta_covered(tc, &v, 0))
             break;
-        if (!log_room(a, tc, 1)) {
+        if (!log_room(a, tc)) {
             rc = LOG_FULL;
             break;
         }
@@ -777,7 +823,7 @@ static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, siz
         b->requested = requested;
         tc->dirty = 1;
         if (a->nobs)
-            log_event(a, tc, stamp_now(tc), CCI_EV_ALLOC, b, requested);
+            log_alloc(tc, stamp_now(tc), b, requested);
         *out = b->addr;
         rc = CCI_OK;
         break;
@@ -820,7 +866,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
     tc->dirty = 1;
     if (a->nobs)
-        log_free_now(a, tc, stamp_now(tc), b);
+        log_free_now(tc, stamp_now(tc), b);
     return CCI_OK;
 }
 
@@ -832,7 +878,7 @@ static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uint
     cci_block **e = table_find(tc, ptr);
     cci_block *b = e ? *e : NULL;
     int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
-             : !log_room(a, tc, 2)                                     ? LOG_FULL
+             : !log_room(a, tc)                                        ? LOG_FULL
                                                                       : cache_block(a, tc, b, stream);
     leave(tc);
     return rc;
@@ -888,7 +934,8 @@ void cci__tc_forget_all(cci_allocator *a)
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
-        tc->nlog = tc->nhanded = tc->told = 0;
+        memset(tc->given, 0, sizeof tc->given);
+        tc->nlog = tc->nhanded = tc->told = tc->nlog_freed = tc->nhanded_freed = 0;
     }
 }
 

@@ -214,33 +214,27 @@ static void observe(void *ud, const cci_event *ev)
 }
 
 // The fast paths' events (per-thread caches: allocations and frees reusable at once) change the
-// allocated and waiting bytes only; their sums are applied, and no sample is taken from them. The
+// allocated bytes only; their sums are applied, and no sample is taken from them. The
 // samples come from the events of locked sections, at which the sums are exact; and no peak is
 // missed that way: a fast path never raises a figure past its peak (tcache.h), so every peak is
 // reached by an event of a locked section.
-static void observe_batch(void *ud, const cci_event *ev, size_t n)
+static int observe_batch(void *ud, const cci_fast_batch *b)
 {
     cci_report_timeline *t = ud;
-    // Bytes per block event kind (ALLOC, FREE_REQUESTED, FREE_COMPLETED) and pool, summed without
-    // a branch per kind: this runs for every event of the hooks' fast path (issue 15).
-    int64_t sum[3][2] = {{0, 0}, {0, 0}, {0, 0}};
-    for (size_t i = 0; i < n; i++) {
-        unsigned kind = (unsigned)ev[i].kind;
-        if (__builtin_expect(kind <= CCI_EV_FREE_COMPLETED, 1))
-            sum[kind][ev[i].size <= SMALL_BLOCK_MAX] += (int64_t)ev[i].size;
-    }
-    int64_t alloc[2], pending[2];
-    for (int p = 0; p < 2; p++) {
-        alloc[p] = sum[CCI_EV_ALLOC][p] - sum[CCI_EV_FREE_REQUESTED][p];
-        pending[p] = sum[CCI_EV_FREE_REQUESTED][p] - sum[CCI_EV_FREE_COMPLETED][p];
-    }
+    const cci_fast_event *ev = b->ev;
+    size_t n = b->n;
+    // Bytes allocated and freed per pool, summed without a branch: this runs for every record of
+    // the hooks' fast path (issue 15). A fast free's request and completion come together, so the
+    // waiting bytes do not move.
+    int64_t sum[2][2] = {{0, 0}, {0, 0}};
+    for (size_t i = 0; i < n; i++)
+        sum[ev[i].requested == CCI_FAST_FREED][ev[i].size <= SMALL_BLOCK_MAX] += (int64_t)ev[i].size;
     pthread_mutex_lock(&t->batch_lock);
-    for (int p = 0; p < 2; p++) {
-        move(&t->alloc[p], alloc[p]);
-        move(&t->pending[p], pending[p]);
-    }
+    for (int p = 0; p < 2; p++)
+        move(&t->alloc[p], sum[0][p] - sum[1][p]);
     t->dirty = 1;
     pthread_mutex_unlock(&t->batch_lock);
+    return 0;
 }
 
 int cci_report_timeline_attach(cci_report_timeline *t, cci_allocator *a)

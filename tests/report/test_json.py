@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Usage: test_json.py FIXTURE | test_json.py --exit-report PROGRAM
+"""Usage: test_json.py FIXTURE | test_json.py --exit-report PROGRAM | test_json.py --exit-history [--trace CCREPLAY] PROGRAM ARGS...
 
 The JSON report parses with Python's json module, names every statistic exactly as
 torch.cuda.memory_stats() does, and its figures agree with the statistics (dumped by the fixture
@@ -185,7 +185,52 @@ def exit_report(prog):
     check(any(r["delta"] > 0 for r in wi), "some replayed settings peak higher: deltas of both signs")
 
 
+def exit_history(argv):
+    """A real exit report of any program (env from meson): every block event of the run is in the
+    history. For a loop of fast-path pairs, whose thread caches hand their logs over full (the
+    history keeps such a log as its records, tcache.c / history.c). With --trace CCREPLAY first,
+    the run also writes a trace (an observer told one event at a time, from the same logs), which
+    must hold every event too and peak where the statistics did."""
+    replay = None
+    if argv[0] == "--trace":
+        replay, argv = argv[1], argv[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        path, trace = Path(tmp, "r.json"), Path(tmp, "t.bin")
+        env = dict(os.environ, CCI_REPORT=str(path))
+        if replay:
+            env["CCI_TRACE"] = str(trace)
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"{argv[0]} failed: {p.stderr[-300:]}")
+        rep = json.loads(path.read_text(encoding="utf-8"))
+        if replay:
+            r = subprocess.run([replay, "--json", str(trace)], capture_output=True, text=True, timeout=120)
+            check(r.returncode == 0, f"ccreplay failed: {r.stderr[-300:]}")
+            tr = json.loads(r.stdout)
+    for dev in rep["devices"]:
+        d, meta, s = dev["device"], dev["what_if_replay"], dev["stats"]
+        made = s["allocation.all.allocated"] + s["allocation.all.freed"] + s["active.all.freed"] + s["num_ooms"]
+        check(s["allocation.all.allocated"] > 10000, f"device {d}: only {s['allocation.all.allocated']} allocations")
+        if os.environ.get("CCI_HISTORY_MAX"):  # a cap below the run: every event kept or counted as dropped
+            check(meta["events_dropped"] > 0 and meta["events"] + meta["events_dropped"] == made,
+                  f"device {d}: {meta['events']} events kept and {meta['events_dropped']} dropped, the run made {made}")
+        else:
+            check(meta["events"] == made and meta["events_dropped"] == 0,
+                  f"device {d}: {meta['events']} events in the history ({meta['events_dropped']} dropped), the run made {made}")
+        if replay:
+            segments = s["segment.all.allocated"] + s["segment.all.freed"]
+            check(tr["events"] == made + segments and tr["missing_events"] == 0 and tr["unmatched_frees"] == 0,
+                  f"device {d}: the trace holds {tr['events']} events, the run made {made} and {segments} segment events")
+            check(tr["peak_allocated_bytes"] == s["allocated_bytes.all.peak"],
+                  f"device {d}: the trace peaks at {tr['peak_allocated_bytes']}, the run at {s['allocated_bytes.all.peak']}")
+
+
 def main():
+    if sys.argv[1] == "--exit-history":
+        exit_history(sys.argv[2:])
+        for f in failures:
+            print("FAIL:", f)
+        print(f"{len(failures)} failure(s)")
+        return 1 if failures else 0
     if sys.argv[1] == "--exit-report":
         exit_report(sys.argv[2])
         for f in failures:
