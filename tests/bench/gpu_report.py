@@ -237,28 +237,50 @@ def bench(out):
         return f(v, ".0f", " ns") + ("" if q is None else f" (p99 {q:.0f})")
 
     if ba:
+        # Issue 15's targets, each against its anchor in the same run: a cached default pair
+        # <= 100 ns at every size through the runtime and the driver hooks, >= 12x under
+        # cudaMallocAsync+cudaFreeAsync; the same-stream async pair through our hooks <= 60 ns;
+        # the mixed workload <= 150 ns/op on every path.
         table = {r["row"]: r for r in ba["table"]}
+
+        def med(label, size):
+            r = ba["results"].get(label) or {}
+            if r.get("failed"):
+                return None
+            runs = r.get("rounds") or [r]
+            vals = sorted(v for v in (next((e["median_ns"] for e in x.get("sizes", [])
+                                            if SIZE_NAMES.get(e["bytes"]) == size), None) for x in runs)
+                          if v is not None)
+            if not vals:
+                return None
+            n = len(vals)
+            return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+
         for size in ("512 B", "1 MiB", "20 MiB", "256 MiB"):
             r = table.get(size, {})
             d, i, m, a = r.get("ours default"), r.get("ours immediate"), r.get("raw malloc"), r.get("raw async")
-            add(f"pair {size}: ours default vs cudaMalloc", with_p99(d, "ours default", size), f(div(m, 1000), ".1f", " us"),
-                rx(div(m, d)), "<= 150 ns" if size == "1 MiB" else "",
-                d <= 150 if d is not None and size == "1 MiB" else None)
+            add(f"pair {size}: ours default vs cudaMalloc", with_p99(d, "ours default", size),
+                f(div(m, 1000), ".1f", " us"), rx(div(m, d)), "<= 100 ns", d <= 100 if d is not None else None)
             add(f"pair {size}: ours default vs cudaMallocAsync", f(d, ".0f", " ns"), f(a, ".0f", " ns"),
-                rx(div(a, d)), ">= 8x", div(a, d) >= 8 if div(a, d) else None)
-            add(f"pair {size}: ours immediate vs cudaMallocAsync", with_p99(i, "ours immediate", size), f(a, ".0f", " ns"),
-                rx(div(a, i)), "<= 60 ns" if size == "1 MiB" else "",
-                i <= 60 if i is not None and size == "1 MiB" else None)
+                rx(div(a, d)), ">= 12x", div(a, d) >= 12 if div(a, d) else None)
+            sd = med("static ours default", size)
+            add(f"pair {size}: ours default, driver hooks (static)", f(sd, ".0f", " ns"), f(a, ".0f", " ns"),
+                rx(div(a, sd)), "<= 100 ns", sd <= 100 if sd is not None else None)
+            oa = med("ours async", size)
+            add(f"pair {size}: ours async pair (same stream)", f(oa, ".0f", " ns"), f(a, ".0f", " ns"),
+                rx(div(a, oa)), "<= 60 ns", oa <= 60 if oa is not None else None)
+            add(f"pair {size}: ours immediate vs cudaMallocAsync", with_p99(i, "ours immediate", size),
+                f(a, ".0f", " ns"), rx(div(a, i)))
         r = table.get("mixed", {})
-        d, m, a = r.get("ours default"), r.get("raw malloc"), r.get("raw async")
-        add("mixed workload: ours default vs cudaMalloc", f(d, ".0f", " ns/op"), f(div(m, 1000), ".1f", " us/op"),
-            rx(div(m, d)), "<= 100 ns/op", d <= 100 if d is not None else None)
-        add("mixed workload: ours default vs cudaMallocAsync", f(d, ".0f", " ns/op"), f(a, ".0f", " ns/op"),
-            rx(div(a, d)))
+        m, a = r.get("raw malloc"), r.get("raw async")
+        for label in ("ours default", "ours immediate", "ours async"):
+            d = r.get(label)
+            add(f"mixed workload: {label}", f(d, ".0f", " ns/op"), f(a, ".0f", " ns/op"), rx(div(a, d)),
+                "<= 150 ns/op", d <= 150 if d is not None else None)
         static = ba["results"].get("static ours default") or {}
         if static and not static.get("failed"):
             add("static-cudart build under the preload", f"served {static.get('served')}", "", "",
-                "0 until driver-level hooks")
+                "")
 
     core = {}
     try:
@@ -303,7 +325,8 @@ def bench(out):
     for w in WORKLOADS:
         n = workload(out, w, "native")
         if not n:
-            add(f"{w}: end to end", "native run failed", "", "")
+            ran = os.path.exists(os.path.join(out, f"torch-{w}-native.log"))
+            add(f"{w}: end to end", "native run failed" if ran else "not run", "", "")
             continue
         for config, label in (("expandable", "expandable_segments"), ("async", "backend:cudaMallocAsync"),
                               ("ours", "ours"), ("ours-immediate", "ours immediate_reuse")):

@@ -4,7 +4,7 @@
 
   test_gpu_report.py
 
-Covers repeat_stats.py (round order, median, spread, paired ratio, the bootstrap interval, every verdict), gpu_report.py
+Covers gpu_report.py bench (issue 15's targets from the medians over alloc_table.py's rounds), repeat_stats.py (round order, median, spread, paired ratio, the bootstrap interval, every verdict), gpu_report.py
 check and ddp on logs written here as the scripts would leave them (medians and maxima over the
 rounds, a result_sum differing in one round -> exit 1, NVML figures absent -> "n/a", the callers
 at our reserved peak from a CCI_STACKS report), and nvml_peak.py's sampler and process choice
@@ -241,6 +241,49 @@ with tempfile.TemporaryDirectory() as d:
     write(d, "ddp-stacks.log", ddp_line(1.9, 2.5, [1050, 1000], None))
     rc, out = report("ddp", d, "native ours")
     check(rc == 1 and "FAILED: ddp/stacks round 1: result_sum 2.5" in out, "the stacks run's result_sum is checked too")
+
+# ---- bench: issue 15's targets, each figure the median over alloc_table.py's rounds ----------
+def alloc_result(ns_by_size, mixed, served=None):
+    return {"sizes": [{"bytes": b, "median_ns": v, "p99_ns": v * 2} for b, v in ns_by_size.items()],
+            "mixed_warm_ns_per_op": mixed, "served": served, "preload": True}
+
+
+SZ = [512, 1 << 20, 20 << 20, 256 << 20]
+with tempfile.TemporaryDirectory() as d:
+    def rounds(per_round, mixed):  # per_round: one ns figure per round, the same at every size
+        rs_ = [alloc_result({b: v for b in SZ}, mixed) for v in per_round]
+        return dict(rs_[0], rounds=rs_)
+    results = {"raw malloc": rounds([60000, 61000, 59000], 15000), "raw async": rounds([1300, 1200, 1250], 900),
+               "ours default": rounds([70, 200, 90], 140), "ours immediate": rounds([80, 85, 90], 160),
+               "ours async": rounds([55, 58, 300], 120), "static ours default": rounds([240, 250, 260], 400)}
+    table = [{"row": n, **{k: sorted(x["median_ns"] for x in [e for r in v["rounds"] for e in r["sizes"]
+                                                              if e["bytes"] == b])[1]
+                           for k, v in results.items()}} for n, b in zip(["512 B", "1 MiB", "20 MiB", "256 MiB"], SZ)]
+    table.append({"row": "mixed", **{k: sorted(r["mixed_warm_ns_per_op"] for r in v["rounds"])[1]
+                                     for k, v in results.items()}})
+    with open(os.path.join(d, "bench_alloc.json"), "w") as fh:
+        json.dump({"results": results, "table": table}, fh)
+    p = subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), "bench", d],
+                       capture_output=True, text=True, timeout=60)
+    out = p.stdout
+    print(out)
+
+    def line(fig):
+        return next((l for l in out.splitlines() if l.startswith(fig)), "")
+    check(line("pair 1 MiB: ours default vs cudaMalloc").rstrip().endswith("<= 100 ns               met"),
+          "default pair: the median over rounds (90 ns) meets <= 100 ns")
+    check(line("pair 1 MiB: ours default vs cudaMallocAsync").rstrip().endswith(" met")
+          and ">= 12x" in line("pair 1 MiB: ours default vs cudaMallocAsync"),
+          "against cudaMallocAsync: medians 1250 / 90 = 13.9x meets >= 12x")
+    check("<= 60 ns" in line("pair 256 MiB: ours async pair (same stream)")
+          and line("pair 256 MiB: ours async pair (same stream)").rstrip().endswith(" met"),
+          "async pair: median 58 ns of 55, 58, 300 meets <= 60 ns")
+    check(line("pair 512 B: ours default, driver hooks (static)").rstrip().endswith("NOT met"),
+          "driver hooks: 250 ns is NOT met against <= 100 ns")
+    check(line("mixed workload: ours default").rstrip().endswith(" met")
+          and line("mixed workload: ours immediate").rstrip().endswith("NOT met"),
+          "mixed: 140 ns/op met, 160 NOT met, against <= 150")
+    check(line("encoder: end to end").split()[4:6] == ["not", "run"], "torch steps left out read 'not run'")
 
 print(f"{len(failures)} failure(s)" if failures else "all report checks passed")
 sys.exit(1 if failures else 0)
