@@ -318,6 +318,42 @@ static void count(int ahead)
     drop_pool();
 }
 
+// What a loop cost in fences: records, stream questions, and whether the pool grew meanwhile.
+typedef struct fence_cost {
+    uint64_t records0;
+    int64_t reserved0;
+    struct fakecu_event_calls c0;
+    double records, asks_per_record;
+    int64_t reserved;
+    uint64_t waits;
+} fence_cost;
+
+static fence_cost cost_start(const ptest_api *api)
+{
+    cci_stats st = ptest_stats(api, 0);
+    return (fence_cost){.records0 = st.num_fence_records, .reserved0 = st.reserved_bytes[0].current, .c0 = calls()};
+}
+
+// Prints the loop's figures and checks what both scenarios promise: fences were recorded, the
+// pool did not grow, and the idle streams were asked at most once per 4 records (one look covers
+// every fence recorded before it; without rationing, each record would get a look of its own).
+static void cost_end(const ptest_api *api, fence_cost *fc, const char *name, int loops)
+{
+    struct fakecu_event_calls c1 = calls();
+    cci_stats st = ptest_stats(api, 0);
+    fc->records = (double)(st.num_fence_records - fc->records0);
+    fc->asks_per_record = fc->records ? (double)(c1.stream_queries - fc->c0.stream_queries) / fc->records : 0;
+    fc->reserved = st.reserved_bytes[0].current;
+    fc->waits = st.num_fence_waits;
+    printf("%s: %d idle non-blocking streams, %d loops: %.0f fence records, %.2f cuStreamQuery a "
+           "record, %llu waits; reserved %lld -> %lld bytes\n", name, POOL, loops, fc->records,
+           fc->asks_per_record, (unsigned long long)fc->waits, (long long)fc->reserved0, (long long)fc->reserved);
+    CHECK(fc->records >= loops / 32, "%s: the loop recorded fences (%.0f)", name, fc->records);
+    CHECK(fc->reserved == fc->reserved0, "%s: served from free blocks, no growth", name);
+    CHECK(fc->asks_per_record <= POOL / 4, "%s: idle streams asked at most once per 4 records (%.2f a record)",
+          name, fc->asks_per_record);
+}
+
 // The GPU keeps up with the CPU (no work queued): every fence's legacy part has passed by the next
 // periodic tick, so without putting looks off every fence would get a look of its own (~POOL
 // stream questions a record, what resnet paid on the H100). The steady loop is served from free
@@ -339,28 +375,13 @@ static void keeps_up(void)
     CUDA_OK(cudaDeviceSynchronize());
     for (int i = 0; i < LIVE; i++)
         CUDA_OK(cudaMalloc(&live[i], sz));
-    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
-    uint64_t reserved0 = (uint64_t)ptest_stats(&api, 0).reserved_bytes[0].current;
-    struct fakecu_event_calls c0 = calls();
+    fence_cost fc = cost_start(&api);
     for (int i = 0; i < FREES; i++) {
         int k = i % LIVE;
         CUDA_OK(cudaFree(live[k]));
         CUDA_OK(cudaMalloc(&live[k], sz));
     }
-    struct fakecu_event_calls c1 = calls();
-    cci_stats st = ptest_stats(&api, 0);
-    double records = (double)(st.num_fence_records - records0);
-    double sq = (double)(c1.stream_queries - c0.stream_queries);
-    printf("keeps-up: %d idle non-blocking streams, %d frees: %.0f fence records, %.2f cuStreamQuery "
-           "a record; reserved %llu -> %llu bytes\n", POOL, FREES, records, records ? sq / records : 0,
-           (unsigned long long)reserved0, (unsigned long long)st.reserved_bytes[0].current);
-    CHECK(records >= FREES / 32, "the loop recorded fences (%.0f)", records);
-    // One look covers every fence recorded before it: put off until several fences wait, the
-    // idle pool is asked about once per LOOK_EVERY_FENCES (8) records, not once per record.
-    CHECK(sq <= records * POOL / 4, "idle streams asked at most once per 4 records (%.2f a record)",
-          records ? sq / records : 0);
-    CHECK(st.reserved_bytes[0].current == (int64_t)reserved0,
-          "the loop was served from the reserve: no growth while looks were put off");
+    cost_end(&api, &fc, "keeps-up", FREES);
     for (int i = 0; i < LIVE; i++)
         CUDA_OK(cudaFree(live[i]));
     for (int i = 1; i < 2 * RESERVE; i += 2)
@@ -390,25 +411,12 @@ static void poor_fits(void)
     for (int i = 0; i < 2 * SEGS; i++)
         CUDA_OK(cudaFree(seg[i]));
     CUDA_OK(cudaDeviceSynchronize());
-    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
-    uint64_t reserved0 = (uint64_t)ptest_stats(&api, 0).reserved_bytes[0].current;
-    struct fakecu_event_calls c0 = calls();
+    fence_cost fc = cost_start(&api);
     for (int i = 0; i < FREES; i++) {
         CUDA_OK(cudaFree(small_blocks[2 * i]));
         CUDA_OK(cudaMalloc(&got[i], asked));
     }
-    struct fakecu_event_calls c1 = calls();
-    cci_stats st = ptest_stats(&api, 0);
-    double records = (double)(st.num_fence_records - records0);
-    double sq = (double)(c1.stream_queries - c0.stream_queries);
-    printf("poor-fits: %d idle non-blocking streams, %d poor fits: %.0f fence records, %.2f "
-           "cuStreamQuery a record, %llu waits; reserved %llu -> %llu bytes\n", POOL, FREES, records,
-           records ? sq / records : 0, (unsigned long long)st.num_fence_waits,
-           (unsigned long long)reserved0, (unsigned long long)st.reserved_bytes[0].current);
-    CHECK(records >= FREES / 32, "the loop recorded fences (%.0f)", records);
-    CHECK(st.reserved_bytes[0].current == (int64_t)reserved0, "served from the free segments: no growth");
-    CHECK(sq <= records * POOL / 4, "poor fits nothing pending could improve asked in passing "
-          "(%.2f stream questions a record)", records ? sq / records : 0);
+    cost_end(&api, &fc, "poor-fits", FREES);
     for (int i = 0; i < FREES; i++) {
         CUDA_OK(cudaFree(got[i]));
         CUDA_OK(cudaFree(small_blocks[2 * i + 1]));
