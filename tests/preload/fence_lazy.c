@@ -22,6 +22,8 @@
 //                 8 records, not once per record, and the loop still never grows the pool.
 //   poor-fits     poor fits that no pending block could improve (frees of another size, kept
 //                 apart): asked in passing, so the idle pool is not asked once per record.
+//   reset-with-sweep  cudaDeviceReset while a fence waits on a sweep: the dead context's events are
+//                 forgotten, and fences, sweeps and reuse work afterwards.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
@@ -318,6 +320,54 @@ static void count(int ahead)
     drop_pool();
 }
 
+// A device reset while a fence waits on a sweep: the reset destroys the context with its streams,
+// the held write and the sweep's event. Everything of that context is forgotten (a later fence
+// never asks the dead event, the event pool starts afresh), and the allocator goes on: a new
+// stream, fenced frees, sweeps and reuse all work after it, and no new owner's data is touched.
+static void reset_with_sweep(void)
+{
+    ptest_api api = ptest_get_api();
+    make_pool();  // destroyed by the reset with every other stream of the context
+    cudaStream_t w = make_stream(cudaStreamNonBlocking);
+    void *p, *q, *s2;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
+    CUDA_OK(cudaFree(p));
+    struct fakecu_event_calls c0 = calls();
+    CUDA_OK(cudaMalloc(&q, 2 * BIG));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CUDA_OK(cudaMalloc(&s2, 3 * BIG));
+    struct fakecu_event_calls c1 = calls();
+    CHECK(waiting_bytes(&api) >= (int64_t)BIG && c1.event_records - c0.event_records >= 2,
+          "before the reset: p's fence pending behind a sweep on W");
+    CUDA_OK(cudaDeviceReset());
+    CHECK(waiting_bytes(&api) == 0, "the reset forgot the context's blocks, the pending one included");
+    // Afresh: a non-blocking stream, a late write held on it, a fenced free, a sweep, then reuse.
+    cudaStream_t w2 = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    void *a, *b, *c, *d;
+    CUDA_OK(cudaMalloc(&a, BIG));
+    CUDA_OK(fakecuda_stream_hold(w2, 1));
+    fakecuda_delayed_fill(a, OLD, BIG, w2, 0);
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaMalloc(&b, 2 * BIG));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CUDA_OK(cudaMalloc(&c, 3 * BIG));
+    CHECK(waiting_bytes(&api) >= (int64_t)BIG, "after the reset: a new fence waits on the new stream's sweep");
+    new_owner_writes(b, o);
+    CUDA_OK(cudaStreamSynchronize(w2));
+    CUDA_OK(cudaMalloc(&d, BIG));
+    CHECK(d == a, "after the reset: the block comes back once its sweep passed");
+    new_owner_writes(d, o);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(ptest_all_bytes(d, BIG, NEW) && ptest_all_bytes(b, BIG, NEW), "after the reset: data intact");
+    CUDA_OK(cudaFree(b));
+    CUDA_OK(cudaFree(c));
+    CUDA_OK(cudaFree(d));
+    CUDA_OK(cudaStreamDestroy(w2));
+    CUDA_OK(cudaStreamDestroy(o));
+}
+
 // What a loop cost in fences: records, stream questions, and whether the pool grew meanwhile.
 typedef struct fence_cost {
     uint64_t records0;
@@ -427,7 +477,7 @@ static void poor_fits(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|count K\n");
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|reset-with-sweep|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -445,6 +495,8 @@ int main(int argc, char **argv)
         keeps_up();
     else if (!strcmp(sc, "poor-fits"))
         poor_fits();
+    else if (!strcmp(sc, "reset-with-sweep"))
+        reset_with_sweep();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
         count(atoi(argv[2]));
     else {
