@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "allocator.h"
@@ -227,9 +228,18 @@ static void crash(const char *dir)
         cci_allocator *allocs[1] = {a};
         scenario sc = {"crash", "", 0, 1, 1, 2000, 10, 20};
         worker w = {&sc, allocs, 42};
-        for (int i = 0; i < 1000; i++) {  // at least 250 ms: the writer flushes every 100 ms
+        // At least 400 ms, so the writer (which flushes every 100 ms) has flushed several times,
+        // and at least 4 workloads; then stop: a fixed 1000 workloads took ~100 s under TSan,
+        // near the test's limit, while a plain build needs ~3 s for them.
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < 1000; i++) {
             run_worker(&w);
             usleep(250);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            long ms = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
+            if (i >= 3 && ms >= 400)
+                break;
         }
         kill(getpid(), SIGKILL);
     }
