@@ -84,24 +84,33 @@ static int64_t waiting_bytes(const ptest_api *api)
     return st.active_bytes[CCI_POOL_ALL].current - st.allocated_bytes[CCI_POOL_ALL].current;
 }
 
+// A block freed while a late write to it is held on W, then two misses: the first records its
+// fence; the second, after the legacy stream has caught up, asks it, finds W busy and records a
+// sweep on W. The fence stays pending. Returns the block; *q (2 BIG) and *s2 (3 BIG) are the
+// misses' blocks.
+static void *pending_behind_sweep(cudaStream_t w, void **q, void **s2)
+{
+    void *p;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(q, 2 * BIG));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CUDA_OK(cudaMalloc(s2, 3 * BIG));
+    return p;
+}
+
 static void sweep_query(void)
 {
     ptest_api api = ptest_get_api();
     make_pool();
     cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
-    void *p, *q, *r;
-    CUDA_OK(cudaMalloc(&p, BIG));
-    CUDA_OK(fakecuda_stream_hold(w, 1));
-    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
-    CUDA_OK(cudaFree(p));
-    // A miss that p cannot serve (so nothing waits): p's fence is recorded. Once its legacy
-    // event has passed (the legacy stream synchronised), the next miss asks it again: W is
-    // busy, so it gets a sweep and the fence stays pending.
+    void *q, *r, *s2;
+    // Misses that p cannot serve (so nothing waits): the first records p's fence, the second
+    // asks it once its legacy event has passed: W is busy, so it gets a sweep.
     struct fakecu_event_calls c0 = calls();
-    CUDA_OK(cudaMalloc(&q, 2 * BIG));
-    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
-    void *s2;
-    CUDA_OK(cudaMalloc(&s2, 3 * BIG));
+    void *p = pending_behind_sweep(w, &q, &s2);
     struct fakecu_event_calls c1 = calls();
     CHECK(waiting_bytes(&api) >= (int64_t)BIG,
           "the fence stays pending while W still holds a write to the block (%lld B waiting)",
@@ -329,15 +338,9 @@ static void reset_with_sweep(void)
     ptest_api api = ptest_get_api();
     make_pool();  // destroyed by the reset with every other stream of the context
     cudaStream_t w = make_stream(cudaStreamNonBlocking);
-    void *p, *q, *s2;
-    CUDA_OK(cudaMalloc(&p, BIG));
-    CUDA_OK(fakecuda_stream_hold(w, 1));
-    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
-    CUDA_OK(cudaFree(p));
+    void *q, *s2;
     struct fakecu_event_calls c0 = calls();
-    CUDA_OK(cudaMalloc(&q, 2 * BIG));
-    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
-    CUDA_OK(cudaMalloc(&s2, 3 * BIG));
+    (void)pending_behind_sweep(w, &q, &s2);
     struct fakecu_event_calls c1 = calls();
     CHECK(waiting_bytes(&api) >= (int64_t)BIG && c1.event_records - c0.event_records >= 2,
           "before the reset: p's fence pending behind a sweep on W");
@@ -345,14 +348,8 @@ static void reset_with_sweep(void)
     CHECK(waiting_bytes(&api) == 0, "the reset forgot the context's blocks, the pending one included");
     // Afresh: a non-blocking stream, a late write held on it, a fenced free, a sweep, then reuse.
     cudaStream_t w2 = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
-    void *a, *b, *c, *d;
-    CUDA_OK(cudaMalloc(&a, BIG));
-    CUDA_OK(fakecuda_stream_hold(w2, 1));
-    fakecuda_delayed_fill(a, OLD, BIG, w2, 0);
-    CUDA_OK(cudaFree(a));
-    CUDA_OK(cudaMalloc(&b, 2 * BIG));
-    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
-    CUDA_OK(cudaMalloc(&c, 3 * BIG));
+    void *b, *c, *d;
+    void *a = pending_behind_sweep(w2, &b, &c);
     CHECK(waiting_bytes(&api) >= (int64_t)BIG, "after the reset: a new fence waits on the new stream's sweep");
     new_owner_writes(b, o);
     CUDA_OK(cudaStreamSynchronize(w2));
