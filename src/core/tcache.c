@@ -767,15 +767,11 @@ static inline __attribute__((always_inline)) void log_alloc(cci_tc *tc, uint64_t
     tc->nlog = n + 1;
 }
 
-// A free reusable at once: one record for its request and its completion (cci_fast_event).
+// A free reusable at once: one record for its request and its completion (cci_fast_event), the
+// allocation's record with CCI_FAST_FREED where the requested size would be.
 static inline __attribute__((always_inline)) void log_free_now(cci_tc *tc, uint64_t stamp, const cci_block *b)
 {
-    int n = tc->nlog;
-    uint64_t stream = b->stream;
-    uintptr_t addr = b->addr;
-    size_t size = b->size;
-    tc->log[n] = (tc_event){addr, size, CCI_FAST_FREED, stream, stamp};
-    tc->nlog = n + 1;
+    log_alloc(tc, stamp, b, CCI_FAST_FREED);
     tc->nlog_freed++;
 }
 
