@@ -18,6 +18,7 @@
 // Nothing here blocks with the lock held: queries are cheap and non-blocking, and the one wait
 // (for the oldest fence that frees enough, before the pool would grow or an OOM be reported)
 // drops the lock around it.
+#include <limits.h>
 #include <stdlib.h>
 
 #include "allocator_impl.h"
@@ -199,20 +200,22 @@ int cci__fenced_wait_oldest(cci_allocator *a)
 }
 
 // Would `b` be free once the batches up to the wave-th (oldest first) have passed?
+// ANY_WAVE: every pending block counts, whichever batch (or the deferred queue) holds it.
+#define ANY_WAVE UINT_MAX
 static int free_by_wave(const cci_block *b, unsigned wave)
 {
-    return b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && b->wave && b->wave <= wave);
+    return b->state == BLOCK_FREE ||
+           (b->state == BLOCK_PENDING && (wave == ANY_WAVE || (b->wave && b->wave <= wave)));
 }
 
-// The run of free or pending blocks around pending block b, up to `enough` bytes.
-static size_t pending_run(const cci_block *b, size_t enough)
+// The run through pending block b of its neighbours free by `wave`, up to `enough` bytes: the
+// block free_block's merges would make of them.
+static size_t run_by_wave(const cci_block *b, size_t enough, unsigned wave)
 {
     size_t run = b->size;
-    for (const cci_block *p = b->prev; p && run < enough && (p->state == BLOCK_FREE || p->state == BLOCK_PENDING);
-         p = p->prev)
+    for (const cci_block *p = b->prev; p && run < enough && free_by_wave(p, wave); p = p->prev)
         run += p->size;
-    for (const cci_block *n = b->next; n && run < enough && (n->state == BLOCK_FREE || n->state == BLOCK_PENDING);
-         n = n->next)
+    for (const cci_block *n = b->next; n && run < enough && free_by_wave(n, wave); n = n->next)
         run += n->size;
     return run;
 }
@@ -222,7 +225,7 @@ static int batch_could_fit(const cci_block *head, size_t rounded, int small, uin
     for (const cci_block *b = head; b; b = b->pend_next) {
         if (b->small != small || b->stream != stream)
             continue;
-        size_t run = pending_run(b, rounded);
+        size_t run = run_by_wave(b, rounded, ANY_WAVE);
         if (run >= rounded && run < fit)
             return 1;
     }
@@ -262,12 +265,7 @@ int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t s
             // Only blocks of the request's pool and stream can serve it: the free set keeps both apart.
             if (b->small != small || b->stream != stream)
                 continue;
-            size_t run = b->size;
-            for (cci_block *p = b->prev; p && run < rounded && free_by_wave(p, wave); p = p->prev)
-                run += p->size;
-            for (cci_block *n = b->next; n && run < rounded && free_by_wave(n, wave); n = n->next)
-                run += n->size;
-            if (run >= rounded)
+            if (run_by_wave(b, rounded, wave) >= rounded)
                 target = fb;
         }
     }
