@@ -576,7 +576,8 @@ static void passed_at_least(cuda_fence *f, size_t n)
 // about 2 % of the host's time (the last look's cost, measured, sets the pause before the
 // next: about 2 ms after a 42 us look), which also bounds how long a passed fence waits for its
 // look. A rationed ask answers CCI_FENCE_PUT_OFF. Never rationed where a look is cheap (few
-// streams); an ask in full (a poor fit, a miss) and a wait always look.
+// streams); an ask in full (a poor fit a pending block could improve, a miss) and a wait always
+// look.
 #define LOOK_TIME_SHARE 50  // a look, then at least 50 times its cost before the next
 #define LOOK_CHEAP_STREAMS 4
 
@@ -591,12 +592,19 @@ static int look_put_off(void)
     return 1;
 }
 
-// A look's own cost, the host's time in it (a wait's blocking excluded), for look_put_off.
-static void look_done(unsigned long long since)
+// The look itself: the live non-blocking streams, then the retired events. When it asked the
+// driver anything, its own cost (the host's time in it; a wait's blocking comes after) is what
+// look_put_off rations by. 0 or -1.
+static int look_at_streams(look *lk)
 {
-    unsigned long long end = now_ns();
-    atomic_store_explicit(&last_look_cost, end - since, memory_order_relaxed);
-    atomic_store_explicit(&last_look_end, end, memory_order_relaxed);
+    unsigned long long since = now_ns();
+    int rc = cci_stream_registry_each_nonblocking(cover_stream, lk) || cover_retired(lk) ? -1 : 0;
+    if (lk->asked) {
+        unsigned long long end = now_ns();
+        atomic_store_explicit(&last_look_cost, end - since, memory_order_relaxed);
+        atomic_store_explicit(&last_look_end, end, memory_order_relaxed);
+    }
+    return rc;
 }
 
 static int fence_ask(cci_fence handle, int in_passing)
@@ -615,20 +623,16 @@ static int fence_ask(cci_fence handle, int in_passing)
         passed_at_least(f, i + 1);
     }
     // The legacy part has passed: now, and only now, the non-blocking streams.
-    if (rc == 1 && !atomic_load_explicit(&f->streams_covered, memory_order_acquire) &&
-        in_passing && look_put_off())
-        rc = CCI_FENCE_PUT_OFF;
-    else if (rc == 1 && !atomic_load_explicit(&f->streams_covered, memory_order_acquire)) {
+    if (rc == 1 && !atomic_load_explicit(&f->streams_covered, memory_order_acquire)) {
         look lk = {.f = f};
-        unsigned long long l0 = now_ns();
-        if (cci_stream_registry_each_nonblocking(cover_stream, &lk) || cover_retired(&lk))
+        if (in_passing && look_put_off())
+            rc = CCI_FENCE_PUT_OFF;
+        else if (look_at_streams(&lk))
             rc = CCI_EBACKEND;
         else if (lk.pending)
             rc = 0;
         else
             atomic_store_explicit(&f->streams_covered, 1, memory_order_release);
-        if (lk.asked)
-            look_done(l0);
         look_drop(&lk);
     }
     cost_add(COST_QUERY, t0, i - first);
@@ -669,11 +673,8 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     waited = i - first;
     if (rc == CCI_OK && !atomic_load_explicit(&f->streams_covered, memory_order_acquire)) {
         look lk = {.f = f, .waiting = 1};
-        unsigned long long l0 = now_ns();
-        if (cci_stream_registry_each_nonblocking(cover_stream, &lk) || cover_retired(&lk))
+        if (look_at_streams(&lk))
             rc = CCI_EBACKEND;
-        if (lk.asked)
-            look_done(l0);
         // Locks dropped: block on every sweep and retired event collected (each held by a
         // reference), and mark it passed for the fences that share it.
         for (size_t k = 0; rc == CCI_OK && k < lk.n; k++) {
