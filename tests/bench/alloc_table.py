@@ -61,7 +61,7 @@ def bench_env(args, preload, env_extra):
 
 def run_config(label, exe, api, preload, env_extra, args, log_dir):
     env = bench_env(args, preload, env_extra)
-    cmd = [exe, "--api", api, "--label", label] + (["--quick"] if args.quick else [])
+    cmd = [exe, "--api", api, "--label", label, "--warmup-ms", str(args.warmup_ms)] + (["--quick"] if args.quick else [])
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         out, err, rc = p.stdout, p.stderr, p.returncode
@@ -117,6 +117,8 @@ def main():
     ap.add_argument("--exe-static")
     ap.add_argument("--libdir")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--warmup-ms", type=int, default=500,
+                    help="untimed 64 KiB pairs before the sizes (bench_alloc --warmup-ms; its rate is logged)")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--log-dir")
     ap.add_argument("--json-out")

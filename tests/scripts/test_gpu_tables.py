@@ -41,7 +41,7 @@ CELL = r"(\d+(?:\.\d+)? (?:ns|us)|-)"
 # ---- the per-size table, issue 15's layout ---------------------------------------------------
 out = run([sys.executable, alloc_table, "--preload", preload, "--libdir", libdir, "--exe", bench_alloc,
            "--exe-static", bench_alloc, "--quick", "--title", "fake", "--skip", "raw async",
-           "--skip", "static raw async", "--rounds", "2"])
+           "--skip", "static raw async", "--rounds", "2", "--warmup-ms", "20"])
 # --rounds 2: every configuration twice, in a rotated order, and a table of each figure's range.
 check(re.search(r"^round 2 of 2: ", out, re.M) is not None, "alloc_table --rounds 2 ran no second round")
 ranges = out.split("range over the 2 rounds", 1)
@@ -77,7 +77,8 @@ for name, cells in rows.items():
 
 # ---- the thread table, --gpu layout ------------------------------------------------------------
 out = run([sys.executable, thread_table, "--gpu", "--exe", bench_threads, "--exe-static", bench_threads,
-           "--preload", preload, "--libdir", libdir, "--budget-ms", "40", "--repeat", "1", "--title", "fake"])
+           "--preload", preload, "--libdir", libdir, "--budget-ms", "40", "--warmup-ms", "20", "--repeat", "1",
+           "--title", "fake"])
 lines = out.splitlines()
 head = next((l for l in lines if l.startswith("threads ")), "")
 for col in ("CUDA cudaMallocAsync", "ours default cudaMalloc", "ours immediate_reuse", "ours async",
