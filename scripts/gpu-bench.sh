@@ -8,6 +8,8 @@
 #      mixed workload, ending with issue 15's table (one row per path);
 #   1b. bench_threads (tests/bench/bench_threads.c, the same source the tests build against the
 #      fake): issue 15's thread table, 64 KiB pairs at 1, 8 and 16 threads, each on its own stream;
+#   1c. tests/bench/driver_table.py: the driver hooks called directly (a driver-API program) against
+#      the same hooks behind a static cudart, per size: the static cudart's own share of a pair;
 #   2. torch.empty/del from Python: PyTorch's caching allocator vs PYTORCH_NO_CUDA_MEMORY_CACHING=1
 #      under the preload (and, as a floor, without any cache);
 #   3. torch_workloads.py end to end: native, expandable_segments:True, backend:cudaMallocAsync, ours;
@@ -54,6 +56,13 @@ cci_run 150 "$OUT/bench_threads.txt" "$PYTHON" tests/bench/thread_table.py --gpu
     --log-dir "$OUT/bench_threads" --json-out "$OUT/bench_threads.json" --title "bench_threads on the GPU" || status=1
 sed -n '/^bench_threads on the GPU/,$p' "$OUT/bench_threads.txt"
 cci_say "bench_threads done"
+
+# ---- 1c. the driver level: our hooks called directly vs through a static cudart --------------------
+cci_run 150 "$OUT/driver_table.txt" "$PYTHON" tests/bench/driver_table.py --preload "$CCI_PRELOAD" \
+    --exe "$CCI_BIN/bench_threads.shared" --exe-static "$CCI_BIN/bench_threads.static" --rounds "$BENCH_ROUNDS" \
+    --json-out "$OUT/driver_table.json" || status=1
+sed -n '/^driver-level pairs/,$p' "$OUT/driver_table.txt"
+cci_say "driver table done"
 
 if [[ ${GPU_BENCH_TORCH:-1} != 0 ]]; then
 # ---- 2. torch.empty/del ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ On the GPU (scripts/gpu-bench.sh):
 ns/pair is per thread (threads / pairs per second): what one thread waits for a pair, its share of
 the CPUs included (16 threads on 2 CPUs wait at least 8x longer even with a perfect allocator).
 Every cell runs for a time budget, not a fixed count, so the whole table takes a known time. Each
-process first runs --warmup-ms of untimed one-thread pairs, so that what a process pays once (the
+cell's threads first run --warmup-ms of untimed pairs, so that what a process pays once (the
 what-if history's fill under the preload) is in no cell: ratios compare steady states.
 """
 import argparse
@@ -164,8 +164,8 @@ def main():
     ap.add_argument("--libdir")
     ap.add_argument("--gpu", action="store_true", help="print issue 15's GPU table instead")
     ap.add_argument("--budget-ms", type=int, default=200, help="per cell and process")
-    ap.add_argument("--warmup-ms", type=int, default=500,
-                    help="untimed one-thread pairs before the first cell of each process (bench_threads --warmup-ms)")
+    ap.add_argument("--warmup-ms", type=int, default=300,
+                    help="untimed pairs in each cell's threads before it is timed (bench_threads --warmup-ms)")
     ap.add_argument("--repeat", type=int, default=2, help="processes per configuration, best cell kept")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--log-dir")

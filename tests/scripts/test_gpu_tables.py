@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The offline part of scripts/gpu-bench.sh: its two table printers (tests/bench/alloc_table.py and
-tests/bench/thread_table.py --gpu) run against the fake CUDA build, in the layout the GPU run uses,
+"""The offline part of scripts/gpu-bench.sh: its table printers (tests/bench/alloc_table.py,
+tests/bench/thread_table.py --gpu and tests/bench/driver_table.py) run against the fake CUDA build, in the layout the GPU run uses,
 and every row and cell issue 15 asks for must come out filled.
 
   test_gpu_tables.py ALLOC_TABLE THREAD_TABLE BENCH_ALLOC BENCH_THREADS PRELOAD FAKE_LIB_DIR
@@ -95,6 +95,16 @@ for t in (1, 8, 16):
     if t != 1:
         check(all(float(c) > 0 for c in cells), f"thread table, {t} threads: a ratio to one thread is 0")
 check("PROBLEM" not in out, "thread table reported a problem")
+
+# ---- the driver-level table: every path and size filled -----------------------------------------
+driver_table = os.path.join(os.path.dirname(thread_table), "driver_table.py")
+out = run([sys.executable, driver_table, "--exe", bench_threads, "--exe-static", bench_threads, "--preload", preload,
+           "--libdir", libdir, "--rounds", "1", "--budget-ms", "30", "--warmup-ms", "10"])
+for row in ("static cudart cudaMalloc+cudaFree", "driver API cuMemAlloc_v2+cuMemFree_v2",
+            "static cudart cudaMallocAsync+FreeAsync", "driver API cuMemAllocAsync+FreeAsync"):
+    line = next((l for l in out.splitlines() if l.startswith(row)), "")
+    cells = re.findall(r"\d+ \[\d+-\d+\]", line)
+    check(len(cells) == 4, f"driver table, {row}: {len(cells)} of 4 sizes filled: {line!r}")
 
 for f in failures:
     print("FAIL:", f)
