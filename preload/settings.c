@@ -121,10 +121,17 @@ static void read_config(cci_settings *s, const char *(*lookup)(const char *))
                                              sizeof s->config_error, collect_notice, s) == 0;
 }
 
+// A path variable's "nothing to write" (CCI_REPORT, CCI_TRACE): a file of that name is still
+// reachable as ./off.
+static int path_off(const char *v)
+{
+    return v && (!strcasecmp(v, "off") || !strcasecmp(v, "none"));
+}
+
 static void read_report(cci_settings *s, const char *(*lookup)(const char *))
 {
     const char *p = lookup("CCI_REPORT");
-    if (p && (!strcasecmp(p, "off") || !strcasecmp(p, "none")))
+    if (path_off(p))
         s->report_off = 1;
     else if (p && strlen(p) < sizeof s->report_pattern)
         strcpy(s->report_pattern, p);
@@ -208,6 +215,8 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     read_config(s, lookup);
     read_report(s, lookup);
     const char *trace = lookup("CCI_TRACE");
+    if (path_off(trace))
+        trace = NULL;  // as CCI_REPORT=off: no trace (it had been written to a file named "off")
     if (trace && strlen(trace) < sizeof s->trace_pattern)
         strcpy(s->trace_pattern, trace);
     else if (trace)

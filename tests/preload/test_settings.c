@@ -106,6 +106,11 @@ static void test_rank_report_log(void)
     const char *lvl[] = {"CCI_LOG", "debug", "CCI_TRACE", "t-%p.cct", NULL};
     s = read_with(lvl);
     CHECK(s.log_level == CCI_LOG_DEBUG && strcmp(s.trace_pattern, "t-%p.cct") == 0, "CCI_LOG, CCI_TRACE");
+    const char *trace_off[] = {"CCI_TRACE", "Off", NULL}, *trace_none[] = {"CCI_TRACE", "none", NULL};
+    CHECK(!read_with(trace_off).trace_pattern[0] && !read_with(trace_none).trace_pattern[0],
+          "CCI_TRACE=off and none record nothing, as CCI_REPORT=off");
+    const char *trace_file[] = {"CCI_TRACE", "./off", NULL};
+    CHECK(strcmp(read_with(trace_file).trace_pattern, "./off") == 0, "a file named off is still ./off");
 }
 
 int main(void)
