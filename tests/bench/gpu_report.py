@@ -269,6 +269,21 @@ def bench(out):
             add("static-cudart build under the preload", f"served {static.get('served')}", "", "",
                 "")
 
+    # The driver level split (driver_table.py): our driver hooks called directly, and what a static
+    # cudart adds in front of them, medians over its rounds. Figures only: the target above is the
+    # static row's.
+    try:
+        with open(os.path.join(out, "driver_table.json")) as fh:
+            drv = json.load(fh)
+    except (OSError, ValueError):
+        drv = {}
+    for b in (512, 1 << 20, 20 << 20, 256 << 20):
+        direct = med(drv.get(f"driver API cuMemAlloc_v2+cuMemFree_v2|{b}") or [])
+        static = med(drv.get(f"static cudart cudaMalloc+cudaFree|{b}") or [])
+        if direct is not None and static is not None:
+            add(f"pair {SIZE_NAMES.get(b, b)}: driver hooks alone (driver API)", f(direct, ".0f", " ns"),
+                f(static, ".0f", " ns"), f"cudart +{static - direct:.0f} ns")
+
     core = {}
     try:
         with open(os.path.join(out, "bench_core.txt")) as fh:

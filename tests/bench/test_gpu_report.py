@@ -263,6 +263,9 @@ with tempfile.TemporaryDirectory() as d:
                                      for k, v in results.items()}})
     with open(os.path.join(d, "bench_alloc.json"), "w") as fh:
         json.dump({"results": results, "table": table}, fh)
+    with open(os.path.join(d, "driver_table.json"), "w") as fh:
+        json.dump({f"driver API cuMemAlloc_v2+cuMemFree_v2|{b}": [90, 120, 100] for b in SZ}
+                  | {f"static cudart cudaMalloc+cudaFree|{b}": [150, 130, 140] for b in SZ}, fh)
     p = subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), "bench", d],
                        capture_output=True, text=True, timeout=60)
     out = p.stdout
@@ -284,6 +287,9 @@ with tempfile.TemporaryDirectory() as d:
           and line("mixed workload: ours immediate").rstrip().endswith("NOT met"),
           "mixed: 140 ns/op met, 160 NOT met, against <= 150")
     check(line("encoder: end to end").split()[4:6] == ["not", "run"], "torch steps left out read 'not run'")
+    drv_line = line("pair 20 MiB: driver hooks alone (driver API)")
+    check("100 ns" in drv_line and "140 ns" in drv_line and "cudart +40 ns" in drv_line,
+          f"driver split: medians 100 and 140 ns, the static cudart's share 40: {drv_line!r}")
 
 print(f"{len(failures)} failure(s)" if failures else "all report checks passed")
 sys.exit(1 if failures else 0)
