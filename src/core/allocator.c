@@ -14,7 +14,9 @@
 #include "log.h"
 
 // uthash reports host out-of-memory through this flag instead of exiting the host process.
-static __thread int hash_oom;
+// Initial-exec, as tcache.c's slots: the preload is loaded at start-up, and the default model made
+// every locked allocation call __tls_get_addr to clear it.
+static __thread int hash_oom __attribute__((tls_model("initial-exec")));
 #undef uthash_nonfatal_oom
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
 
