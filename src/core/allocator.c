@@ -13,13 +13,6 @@
 #include "expandable.h"
 #include "log.h"
 
-// uthash reports host out-of-memory through this flag instead of exiting the host process.
-// Initial-exec, as tcache.c's slots: the preload is loaded at start-up, and the default model made
-// every locked allocation call __tls_get_addr to clear it.
-static __thread int hash_oom __attribute__((tls_model("initial-exec")));
-#undef uthash_nonfatal_oom
-#define uthash_nonfatal_oom(obj) (hash_oom = 1)
-
 // The pending ticket of a CCI_FREE_HELD block: deferred tickets count up from 0 and never get here.
 #define HELD_TICKET UINT64_MAX
 
@@ -348,9 +341,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
     }
     b->state = BLOCK_ALLOCATED;
     b->requested = requested;
-    hash_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), b);
-    if (hash_oom) {
+    if (cci_live_add(&a->live, b) != 0) {
         // Undo as if it had been freed at once: the host is out of memory, not the device.
         stat_pool_inc(a->st.active, b->small, 1);
         stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
@@ -372,7 +363,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
 
 void cci__complete_block(cci_allocator *a, cci_block *b)
 {
-    HASH_DELETE(hh, a->live, b);
+    cci_live_remove(&a->live, b);
     uintptr_t addr = b->addr;
     size_t size = b->size;
     uint64_t stream = b->stream;
@@ -748,7 +739,7 @@ void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t spli
     stat_unadd(&a->st.inactive_split[pool], split);
     stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
     stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
-    HASH_DELETE(hh, a->live, b);
+    cci_live_remove(&a->live, b);
     merge_into_free_set(a, b);
 }
 
@@ -758,10 +749,7 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     if (mode == CCI_FREE_NOW && a->tc_on && cci__tc_free(a, ptr, stream) == CCI_OK)
         return CCI_OK;
     cci__lock(a);
-    cci_block *b;
-    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
-    if (b == &a->live_anchor)
-        b = NULL;
+    cci_block *b = cci_live_find(&a->live, ptr);
     if (!b || b->state != BLOCK_ALLOCATED) {
         int rc = b ? CCI_EINVAL : classify_unknown(a, ptr);
         cci__unlock(a);
@@ -793,9 +781,8 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
 int cci_free_complete_held(cci_allocator *a, uintptr_t ptr)
 {
     cci__lock(a);
-    cci_block *b;
-    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
-    int rc = b && b != &a->live_anchor && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
+    cci_block *b = cci_live_find(&a->live, ptr);
+    int rc = b && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
                  ? CCI_OK
                  : CCI_EINVAL;
     if (rc == CCI_OK)

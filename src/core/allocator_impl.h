@@ -7,6 +7,7 @@
 
 #include "allocator.h"
 #include "block.h"
+#include "live_map.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -71,10 +72,7 @@ struct cci_allocator {
 
     cci_block *free_tree[2];     // [0] large pool, [1] small pool
     uint64_t free_searches[2];   // GC's clock: a block's age is counted in searches of its pool
-    cci_block *live;             // uthash: allocated and pending blocks, by address
-    cci_block live_anchor;       // a permanent entry at address 0: uthash frees its table when the
-                                 // last entry leaves, and rebuilding it cost more than the rest of
-                                 // an alloc+free pair
+    cci_live_map live;           // allocated and pending blocks, by address
 
     cci_segment **segs;          // sorted by address, for interior-pointer and ownership lookups
     size_t nsegs, segcap;

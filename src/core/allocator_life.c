@@ -11,11 +11,6 @@
 #include "expandable.h"
 #include "stats_list.h"
 
-// uthash reports host out-of-memory through this flag instead of exiting the host process.
-static __thread int hash_oom;
-#undef uthash_nonfatal_oom
-#define uthash_nonfatal_oom(obj) (hash_oom = 1)
-
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend be)
 {
     cci_allocator *a = calloc(1, sizeof *a);
@@ -47,21 +42,13 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
         free(a);
         return NULL;
     }
-    a->live_anchor.state = BLOCK_FREE;  // never matches a lookup that wants a live block
-    hash_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
-    if (hash_oom) {
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
     return a;
 }
 
 void cci__allocator_clear(cci_allocator *a, int release)
 {
     cci__tc_forget_all(a);
-    HASH_CLEAR(hh, a->live);
+    cci_live_clear(&a->live);
     cci__fenced_destroy(a, release);
     a->fopen_head = a->fopen_tail = NULL;
     a->fenced_count = 0;

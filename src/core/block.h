@@ -6,20 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Device addresses (512-aligned) spread by a multiply-shift mix: as well as uthash's default
-// byte-wise hash, at a fraction of the cost on the allocation fast path. The high bits are the
-// well-mixed ones: take a table index from the top.
+// Device addresses (512-aligned) spread by a multiply-shift mix for the address tables (the live
+// map, the thread caches'): as well as a byte-wise hash, at a fraction of the cost on the
+// allocation fast path. The high bits are the well-mixed ones: take a table index from the top.
 static inline uint64_t cci_addr_mix(uint64_t addr) { return (addr >> 9) * 0x9E3779B97F4A7C15ull; }
-
-#define HASH_NONFATAL_OOM 1
-#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
-    do {                                                                                           \
-        uint64_t k_;                                                                               \
-        memcpy(&k_, (keyptr), sizeof k_);                                                          \
-        (hashv) = (unsigned)(cci_addr_mix(k_) >> 32);                                              \
-    } while (0)
-#include <string.h>
-#include <uthash.h>
 
 enum {
     BLOCK_FREE = 0,
@@ -59,7 +49,6 @@ typedef struct cci_block {
     uint64_t pending_seq;     // deferred-free ticket
     struct cci_block *pend_next;
     struct cci_tc *owner;     // the thread cache that may free it without the lock (tcache.c)
-    UT_hash_handle hh;        // live-block map, keyed by addr
 } cci_block;
 
 // An expandable segment (expandable.c): one address range, mapped page by page as it grows.
