@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The live map's rare parts (live_map.h): growing or cleaning the table, and dropping it.
+// The live map's rare parts (live_map.h): growing the table, and dropping it.
 #include "live_map.h"
 
 #include <stdlib.h>
 
-int cci__live_rehash(cci_live_map *m)
+int cci__live_grow(cci_live_map *m)
 {
-    // Room for twice the blocks (at least 64 slots): removed entries fill half a table again only
-    // after as many adds, so the work of a rehash is paid for by the adds since the last one.
     size_t cap = 64;
     while ((m->count + 1) * 4 > cap)
         cap *= 2;
@@ -16,7 +14,7 @@ int cci__live_rehash(cci_live_map *m)
         return -1;
     for (size_t i = 0; i < m->cap; i++) {
         cci_block *b = m->slot[i];
-        if (!b || b == CCI_LIVE_GONE)
+        if (!b)
             continue;
         size_t j = cci_live_home(b->addr, cap);
         while (t[j])
@@ -26,7 +24,6 @@ int cci__live_rehash(cci_live_map *m)
     free(m->slot);
     m->slot = t;
     m->cap = cap;
-    m->used = m->count;
     return 0;
 }
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The live map (live_map.h) against a reference: a flag per candidate block, looked up directly.
-// Random adds, removals and finds, with the table grown and cleaned of removed entries many times
-// over. The addresses are drawn from a small range of 512-aligned values, so blocks that start
-// their probes in the same slot are common, and an address is added again after its removal (a
-// find must skip removed entries, never stop at them). After every operation a find of the
-// touched address, and every so often of every address, must agree with the reference, and the
-// count must. CCI_TEST_SCALE multiplies the work.
+// Random adds, removals and finds, with the table grown many times over. The addresses are drawn
+// from a small range of 512-aligned values, so blocks that start their probes in the same slot are
+// common, and long runs of occupied slots form: a removal must move back exactly the entries a
+// probe would no longer reach past its hole (and an address is added again after its removal).
+// After every operation a find of the touched address, and every so often of every address, must
+// agree with the reference, and the count must. CCI_TEST_SCALE multiplies the work.
 #include "live_map.h"
 #include "testutil.h"
 
@@ -20,7 +20,7 @@ static void check_all(const cci_live_map *m, size_t n, long op)
     for (int i = 0; i < CANDIDATES; i++)
         wrong += cci_live_find(m, blocks[i].addr) != (in_map[i] ? &blocks[i] : NULL);
     CHECK(wrong == 0 && m->count == n, "op %ld: %zu finds wrong, count %zu (reference %zu)", op, wrong, m->count, n);
-    CHECK(m->used * 2 <= m->cap, "op %ld: %zu of %zu slots in use", op, m->used, m->cap);
+    CHECK(m->count * 2 <= m->cap, "op %ld: %zu of %zu slots in use", op, m->count, m->cap);
 }
 
 int main(void)
