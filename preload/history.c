@@ -42,6 +42,23 @@ typedef struct chunk {
     cci_fast_event copied[];
 } chunk;
 
+// Chunks are carved from slabs of SLAB_BYTES, under the chunk lock; a larger one (a partial log
+// of more than ~200 records) gets a block of its own. Where the thread caches rarely serve (the
+// mixed workload: sizes that seldom repeat), every locked section's stop hands over the one or two
+// records the thread's fast paths logged since the previous one, and a malloc for each of those
+// chunks had cost more than the rest of the history's work (session 7).
+#define SLAB_BYTES ((size_t)64 << 10)
+#define SLAB_CHUNK_MAX (SLAB_BYTES / 8)
+typedef struct slab {
+    struct slab *next;
+    uint64_t align_;  // the chunks after the header start 16-byte aligned
+} slab;
+
+static size_t chunk_bytes(int kept, size_t n)
+{
+    return (sizeof(chunk) + (kept ? 0 : n * sizeof(cci_fast_event)) + 15) & ~(size_t)15;
+}
+
 // Where the order of the locked sections' records changes: records [start, next mark's start)
 // have this order (cci_event.order).
 typedef struct {
@@ -58,8 +75,10 @@ struct cci_history {
     int streams_shared;
     mark *marks;
     size_t nmarks, marks_cap;
-    pthread_mutex_t chunk_lock;  // the list; chunks never change once linked
+    pthread_mutex_t chunk_lock;  // the list and the slabs; chunks never change once linked
     chunk *chunks;
+    slab *slabs;                 // the newest first: chunks are carved from its tail
+    size_t slab_used;            // bytes of the newest slab handed out (its header included)
     _Atomic uint64_t batched, batch_dropped;  // events in chunks, and those past the cap
 };
 
@@ -142,6 +161,32 @@ static uint64_t fast_events(const cci_fast_event *ev, size_t n)
     return events;
 }
 
+// `bytes` (chunk_bytes, at most SLAB_CHUNK_MAX) from the newest slab, or from a new one when it
+// has no room left (its tail stays unused). NULL without host memory. Chunk lock held.
+static chunk *carve(cci_history *h, size_t bytes)
+{
+    if (!h->slabs || SLAB_BYTES - h->slab_used < bytes) {
+        slab *s = malloc(SLAB_BYTES);
+        if (!s)
+            return NULL;
+        s->next = h->slabs;
+        h->slabs = s;
+        h->slab_used = sizeof *s;
+    }
+    chunk *c = (chunk *)((char *)h->slabs + h->slab_used);
+    h->slab_used += bytes;
+    return c;
+}
+
+// Kept: the log becomes the chunk's records, and the doors after ours still read it, and then the
+// cache's unlock (never freed before cci_history_destroy, in a fork child).
+static void fill_chunk(chunk *c, uint64_t order, cci_fast_event *ev, size_t n, int keep)
+{
+    c->rec = keep ? ev : memcpy(c->copied, ev, n * sizeof *ev);
+    c->order = order;
+    c->n = n;
+}
+
 // The fast paths' events of one thread (cci_batch_fn): a chunk, kept or copied, then linked.
 static int observe_batch(void *ud, const cci_fast_batch *b)
 {
@@ -160,25 +205,27 @@ static int observe_batch(void *ud, const cci_fast_batch *b)
             kept += e;
     }
     int keep = b->may_keep && take == n;
-    chunk *c = take ? malloc(sizeof *c + (keep ? 0 : take * sizeof c->copied[0])) : NULL;
+    size_t bytes = chunk_bytes(keep, take);
+    chunk *c = NULL;
+    if (take && bytes > SLAB_CHUNK_MAX && (c = malloc(bytes)) != NULL)
+        fill_chunk(c, b->order, ev, take, keep);  // outside the lock: the copy is long
+    if (take) {
+        pthread_mutex_lock(&h->chunk_lock);
+        if (!c && (c = carve(h, bytes)) != NULL)
+            fill_chunk(c, b->order, ev, take, keep);
+        if (c) {
+            c->next = h->chunks;
+            h->chunks = c;
+        }
+        pthread_mutex_unlock(&h->chunk_lock);
+    }
     if (!c)
         take = kept = 0;
     if (kept < events) {  // past the cap, or no host memory for the chunk
         atomic_fetch_add_explicit(&h->batch_dropped, events - kept, memory_order_relaxed);
         atomic_fetch_sub_explicit(&h->batched, events - kept, memory_order_relaxed);
     }
-    if (!take)
-        return 0;
-    // Kept: the doors after ours still read it, and then the cache's unlock (never freed before
-    // cci_history_destroy, in a fork child).
-    c->rec = keep ? ev : memcpy(c->copied, ev, take * sizeof *ev);
-    c->order = b->order;
-    c->n = take;
-    pthread_mutex_lock(&h->chunk_lock);
-    c->next = h->chunks;
-    h->chunks = c;
-    pthread_mutex_unlock(&h->chunk_lock);
-    return keep;
+    return take ? keep : 0;
 }
 
 cci_history *cci_history_attach(cci_allocator *a, uint64_t max_events, uint64_t capacity)
@@ -220,9 +267,15 @@ void cci_history_destroy(cci_history *h)
     munmap(h->rec, h->map_bytes);
     for (chunk *c = h->chunks, *next; c; c = next) {
         next = c->next;
-        if (c->rec != c->copied)
+        int kept = c->rec != c->copied;
+        if (kept)
             free(c->rec);
-        free(c);
+        if (chunk_bytes(kept, c->n) > SLAB_CHUNK_MAX)
+            free(c);  // one of its own (observe_batch); the others go with their slab
+    }
+    for (slab *s = h->slabs, *next; s; s = next) {
+        next = s->next;
+        free(s);
     }
     free(h->marks);
     pthread_mutex_destroy(&h->chunk_lock);

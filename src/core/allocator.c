@@ -13,11 +13,6 @@
 #include "expandable.h"
 #include "log.h"
 
-// uthash reports host out-of-memory through this flag instead of exiting the host process.
-static __thread int hash_oom;
-#undef uthash_nonfatal_oom
-#define uthash_nonfatal_oom(obj) (hash_oom = 1)
-
 // The pending ticket of a CCI_FREE_HELD block: deferred tickets count up from 0 and never get here.
 #define HELD_TICKET UINT64_MAX
 
@@ -242,7 +237,10 @@ static void free_set_insert(cci_allocator *a, cci_block *b)
     cci_tree_insert(&a->free_tree[b->small], b);
 }
 
-static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+// Inlined where every locked allocation calls it (cci_malloc's first search): a call's register
+// saves and restores cost as much as the rest of a search that finds nothing to check.
+static inline __attribute__((always_inline)) cci_block *take_free_block_inline(cci_allocator *a, size_t rounded,
+                                                                              int small, uint64_t stream)
 {
     if (a->cfg.gc_threshold > 0)
         a->free_searches[small]++;
@@ -258,6 +256,11 @@ static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, u
         return NULL;  // nor a large one a block much larger than it
     cci_tree_remove(&a->free_tree[small], b);
     return b;
+}
+
+static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+{
+    return take_free_block_inline(a, rounded, small, stream);
 }
 
 static inline void absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
@@ -346,9 +349,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
     }
     b->state = BLOCK_ALLOCATED;
     b->requested = requested;
-    hash_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), b);
-    if (hash_oom) {
+    if (cci_live_add(&a->live, b) != 0) {
         // Undo as if it had been freed at once: the host is out of memory, not the device.
         stat_pool_inc(a->st.active, b->small, 1);
         stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
@@ -370,7 +371,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
 
 void cci__complete_block(cci_allocator *a, cci_block *b)
 {
-    HASH_DELETE(hh, a->live, b);
+    cci_live_remove(&a->live, b);
     uintptr_t addr = b->addr;
     size_t size = b->size;
     uint64_t stream = b->stream;
@@ -647,7 +648,7 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     cci__tc_drain_mine(a);
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
-    cci_block *b = take_free_block(a, rounded, small, stream);
+    cci_block *b = take_free_block_inline(a, rounded, small, stream);
     size_t fit = b ? b->size : SIZE_MAX;
     // (Only other threads' magazines are searched: none when the only cache is this thread's.)
     int others = a->ntcs > (a->tc_mine != NULL);
@@ -746,7 +747,7 @@ void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t spli
     stat_unadd(&a->st.inactive_split[pool], split);
     stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
     stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
-    HASH_DELETE(hh, a->live, b);
+    cci_live_remove(&a->live, b);
     merge_into_free_set(a, b);
 }
 
@@ -756,10 +757,7 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
     if (mode == CCI_FREE_NOW && a->tc_on && cci__tc_free(a, ptr, stream) == CCI_OK)
         return CCI_OK;
     cci__lock(a);
-    cci_block *b;
-    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
-    if (b == &a->live_anchor)
-        b = NULL;
+    cci_block *b = cci_live_find(&a->live, ptr);
     if (!b || b->state != BLOCK_ALLOCATED) {
         int rc = b ? CCI_EINVAL : classify_unknown(a, ptr);
         cci__unlock(a);
@@ -791,9 +789,8 @@ int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mod
 int cci_free_complete_held(cci_allocator *a, uintptr_t ptr)
 {
     cci__lock(a);
-    cci_block *b;
-    HASH_FIND(hh, a->live, &ptr, sizeof ptr, b);
-    int rc = b && b != &a->live_anchor && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
+    cci_block *b = cci_live_find(&a->live, ptr);
+    int rc = b && b->state == BLOCK_PENDING && b->pending_seq == HELD_TICKET
                  ? CCI_OK
                  : CCI_EINVAL;
     if (rc == CCI_OK)

@@ -7,6 +7,7 @@
 
 #include "allocator.h"
 #include "block.h"
+#include "live_map.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -52,6 +53,11 @@ typedef struct cci_fence_batch {
     struct cci_fence_batch *next;  // closed batches, oldest first
 } cci_fence_batch;
 
+/// Which observers an event is told to: those with a batch door, those without, or both.
+enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
+/// Event kinds an observer can be told (cci_event_kind's values, 6 unused).
+#define CCI_TELL_KINDS (CCI_EV_SEGMENT_UNMAP + 1)
+
 // An event of a locked section kept for the observers until the next unlock (tcache.c).
 typedef cci_event cci_tc_event;
 
@@ -66,10 +72,7 @@ struct cci_allocator {
 
     cci_block *free_tree[2];     // [0] large pool, [1] small pool
     uint64_t free_searches[2];   // GC's clock: a block's age is counted in searches of its pool
-    cci_block *live;             // uthash: allocated and pending blocks, by address
-    cci_block live_anchor;       // a permanent entry at address 0: uthash frees its table when the
-                                 // last entry leaves, and rebuilding it cost more than the rest of
-                                 // an alloc+free pair
+    cci_live_map live;           // allocated and pending blocks, by address
 
     cci_segment **segs;          // sorted by address, for interior-pointer and ownership lookups
     size_t nsegs, segcap;
@@ -91,6 +94,12 @@ struct cci_allocator {
     } obs[CCI_MAX_OBSERVERS];
     int nobs;
     int nobs_serial_fast;  // observers without a batch door that want the fast paths' kinds
+    // Who hears an event of each kind through each door (CCI_TELL_BATCH, _SERIAL, _ALL): indices
+    // into obs, in the order they were added, rebuilt as an observer is added. Testing every
+    // observer's kinds and door on each event had cost as much as the two observers that want
+    // an allocation (session 7, the mixed workload's locked path).
+    uint8_t tell_n[CCI_TELL_KINDS][CCI_TELL_ALL + 1];
+    uint8_t tell_at[CCI_TELL_KINDS][CCI_TELL_ALL + 1][CCI_MAX_OBSERVERS];
     uint64_t epoch;        // locked sections so far: the `order` of events (cci_event)
 
     struct cci_exp *exp;         // expandable-segment mode (expandable.c); NULL = ordinary segments
@@ -194,8 +203,6 @@ void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uin
                      size_t requested);
 /// The kinds a fast path makes (tcache.c): observers that want one of them get its log.
 #define CCI_FAST_KINDS (1u << CCI_EV_ALLOC | 1u << CCI_EV_FREE_REQUESTED | 1u << CCI_EV_FREE_COMPLETED)
-/// Which observers an event is told to: those with a batch door, those without, or both.
-enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 void cci__tell(cci_allocator *a, const cci_event *ev, int which);
 /// Queues an event for the unlock while thread caches exist: 1 when queued.
 int cci__tc_queue_event(cci_allocator *a, const cci_event *ev);

@@ -11,11 +11,6 @@
 #include "expandable.h"
 #include "stats_list.h"
 
-// uthash reports host out-of-memory through this flag instead of exiting the host process.
-static __thread int hash_oom;
-#undef uthash_nonfatal_oom
-#define uthash_nonfatal_oom(obj) (hash_oom = 1)
-
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend be)
 {
     cci_allocator *a = calloc(1, sizeof *a);
@@ -47,21 +42,13 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
         free(a);
         return NULL;
     }
-    a->live_anchor.state = BLOCK_FREE;  // never matches a lookup that wants a live block
-    hash_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
-    if (hash_oom) {
-        pthread_mutex_destroy(&a->lock);
-        free(a);
-        return NULL;
-    }
     return a;
 }
 
 void cci__allocator_clear(cci_allocator *a, int release)
 {
     cci__tc_forget_all(a);
-    HASH_CLEAR(hh, a->live);
+    cci_live_clear(&a->live);
     cci__fenced_destroy(a, release);
     a->fopen_head = a->fopen_tail = NULL;
     a->fenced_count = 0;
@@ -127,7 +114,8 @@ void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, ui
     // paths' events at this section's stop); the others at the unlock, after the swapped logs.
     cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
     cci__tell(a, &ev, CCI_TELL_BATCH);
-    if (!cci__tc_queue_event(a, &ev))
+    // Queued only when an observer without a batch door wants it: the unlock would tell nobody.
+    if (a->tell_n[kind][CCI_TELL_SERIAL] && !cci__tc_queue_event(a, &ev))
         cci__tell(a, &ev, CCI_TELL_SERIAL);  // host out of memory: told at once, a little out of order
 }
 
@@ -142,9 +130,26 @@ void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uin
 
 void cci__tell(cci_allocator *a, const cci_event *ev, int which)
 {
-    for (int i = 0; i < a->nobs; i++)
-        if ((a->obs[i].kinds & (1u << ev->kind)) && (which & (a->obs[i].batch ? CCI_TELL_BATCH : CCI_TELL_SERIAL)))
-            a->obs[i].fn(a->obs[i].ud, ev);
+    const uint8_t *at = a->tell_at[ev->kind][which];
+    for (int i = 0, n = a->tell_n[ev->kind][which]; i < n; i++)
+        a->obs[at[i]].fn(a->obs[at[i]].ud, ev);
+}
+
+// The lists cci__tell reads: for each kind and door, the observers that want the kind and listen
+// at the door, in the order they were added (the order every event reaches them in). Lock held.
+static void rebuild_tell_lists(cci_allocator *a)
+{
+    memset(a->tell_n, 0, sizeof a->tell_n);
+    for (int i = 0; i < a->nobs; i++) {
+        int door = a->obs[i].batch ? CCI_TELL_BATCH : CCI_TELL_SERIAL;
+        for (int kind = 0; kind < CCI_TELL_KINDS; kind++) {
+            if (!(a->obs[i].kinds & (1u << kind)))
+                continue;
+            for (int which = 1; which <= CCI_TELL_ALL; which++)
+                if (which & door)
+                    a->tell_at[kind][which][a->tell_n[kind][which]++] = (uint8_t)i;
+        }
+    }
 }
 
 void cci__notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size)
@@ -183,6 +188,7 @@ int cci_allocator_add_batch_observer(cci_allocator *a, cci_observer_fn fn, cci_b
         a->nobs++;
         if (!batch && (kinds & CCI_FAST_KINDS))
             a->nobs_serial_fast++;
+        rebuild_tell_lists(a);
         rc = 0;
     }
     cci__unlock(a);

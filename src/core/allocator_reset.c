@@ -1,11 +1,6 @@
 // SPDX-License-Identifier: MIT
 // In-place reset (allocator_reset.h). Lives beside allocator.c rather than in it: it touches every
 // structure once, at a rare moment, and shares none of the hot path's helpers.
-// uthash would exit the process when the anchor's table cannot be allocated; without the anchor
-// the map still works (allocator.c only keeps it to avoid rebuilding the table), so go on.
-static _Thread_local int anchor_oom;
-#define uthash_nonfatal_oom(obj) (anchor_oom = 1)
-
 #include "allocator_reset.h"
 
 #include <stdlib.h>
@@ -62,10 +57,5 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
     if (cci__exp_init(a) != 0)  // host out of memory: ordinary segments from now on
         cci_log(CCI_LOG_WARNING, "device %d: expandable segments off after the reset (host out of memory)",
                 a->device);
-    memset(&a->live_anchor.hh, 0, sizeof a->live_anchor.hh);
-    anchor_oom = 0;
-    HASH_ADD(hh, a->live, addr, sizeof(uintptr_t), &a->live_anchor);
-    if (anchor_oom)
-        a->live = NULL;
     cci__unlock(a);
 }

@@ -6,20 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Device addresses (512-aligned) spread by a multiply-shift mix: as well as uthash's default
-// byte-wise hash, at a fraction of the cost on the allocation fast path. The high bits are the
-// well-mixed ones: take a table index from the top.
+// Device addresses (512-aligned) spread by a multiply-shift mix for the address tables (the live
+// map, the thread caches'): as well as a byte-wise hash, at a fraction of the cost on the
+// allocation fast path. The high bits are the well-mixed ones: take a table index from the top.
 static inline uint64_t cci_addr_mix(uint64_t addr) { return (addr >> 9) * 0x9E3779B97F4A7C15ull; }
-
-#define HASH_NONFATAL_OOM 1
-#define HASH_FUNCTION(keyptr, keylen, hashv)                                                       \
-    do {                                                                                           \
-        uint64_t k_;                                                                               \
-        memcpy(&k_, (keyptr), sizeof k_);                                                          \
-        (hashv) = (unsigned)(cci_addr_mix(k_) >> 32);                                              \
-    } while (0)
-#include <string.h>
-#include <uthash.h>
 
 enum {
     BLOCK_FREE = 0,
@@ -35,13 +25,12 @@ enum {
 typedef struct cci_segment cci_segment;
 
 typedef struct cci_block {
+    // The first 64 bytes hold what a descent of the free set reads at each node (key, links,
+    // priority), so that a level costs one cache line, not two (session 7: the free set's
+    // descents are a third of the mixed workload's instructions, each level a dependent load).
     uintptr_t addr;
     size_t size;
-    size_t requested;         // what the program asked for; 0 while free
     uint64_t stream;
-    struct cci_block *prev;   // address-order neighbours inside the segment
-    struct cci_block *next;
-    cci_segment *seg;
     // Free-set links (treap), valid while state == BLOCK_FREE. The children are an array so that
     // a descent picks its side by index (child[key > node]) instead of by a branch: the side is a
     // coin toss the branch predictor loses half the time, and a lost guess costs more than a level.
@@ -52,11 +41,14 @@ typedef struct cci_block {
     uint8_t state;
     uint8_t small;
     uint16_t wave;            // fenced.c's scratch: which closed batch a pending block is in
+    size_t requested;         // what the program asked for; 0 while free
+    struct cci_block *prev;   // address-order neighbours inside the segment
+    struct cci_block *next;
+    cci_segment *seg;
     uint64_t gc_base;         // pool's free-search count when the block entered the free set
     uint64_t pending_seq;     // deferred-free ticket
     struct cci_block *pend_next;
     struct cci_tc *owner;     // the thread cache that may free it without the lock (tcache.c)
-    UT_hash_handle hh;        // live-block map, keyed by addr
 } cci_block;
 
 // An expandable segment (expandable.c): one address range, mapped page by page as it grows.

@@ -180,9 +180,7 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
                     split_b[p] += (int64_t)b->size;
                 }
             } else {
-                cci_block *h;
-                HASH_FIND(hh, a->live, &b->addr, sizeof b->addr, h);
-                if (h != b)
+                if (cci_live_find(&a->live, b->addr) != b)
                     rc = fail(msg, len, "live block %#lx missing from the live map", (unsigned long)b->addr);
                 nlive++;
                 active[p]++;
@@ -213,9 +211,9 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
             rc = fail(msg, len, "free set of the %s pool is inconsistent (%zu in set, %zu free blocks, code %d)",
                       small ? "small" : "large", t.n, nfree[small], t.bad);
     }
-    if (!rc && (HASH_COUNT(a->live) - 1 != nlive || npend != a->pend_count + a->fenced_count))
-        rc = fail(msg, len, "live map holds %u blocks, layout %zu; pending %zu vs %zu deferred + %zu fenced",
-                  HASH_COUNT(a->live) - 1, nlive, npend, a->pend_count, a->fenced_count);
+    if (!rc && (a->live.count != nlive || npend != a->pend_count + a->fenced_count))
+        rc = fail(msg, len, "live map holds %zu blocks, layout %zu; pending %zu vs %zu deferred + %zu fenced",
+                  a->live.count, nlive, npend, a->pend_count, a->fenced_count);
     struct {
         const char *name;
         const cci_stat *st;

@@ -216,6 +216,20 @@ def exit_history(argv):
         else:
             check(meta["events"] == made and meta["events_dropped"] == 0,
                   f"device {d}: {meta['events']} events in the history ({meta['events_dropped']} dropped), the run made {made}")
+            # The records themselves, not only their count: replayed under the run's own setting,
+            # the history allocates what the run did, up to the same peak.
+            cur = meta["current"]
+            check(cur is not None and cur["peak_allocated_bytes"] == s["allocated_bytes.all.peak"],
+                  f"device {d}: the history replays to an allocated peak of "
+                  f"{cur and cur['peak_allocated_bytes']}, the run peaked at {s['allocated_bytes.all.peak']}")
+        # The timeline, which hears the fast paths' events in sums (its batch door): it ends at the
+        # allocated bytes of the end and peaks at the run's peak.
+        samples = dev["timeline"]["samples"]
+        check(samples[-1][1] == s["allocated_bytes.all.current"] and
+              max(x[3] for x in samples) == s["allocated_bytes.all.peak"],
+              f"device {d}: the timeline ends at {samples[-1][1]} allocated and peaks at "
+              f"{max(x[3] for x in samples)}, the run at {s['allocated_bytes.all.current']} and "
+              f"{s['allocated_bytes.all.peak']}")
         if replay:
             segments = s["segment.all.allocated"] + s["segment.all.freed"]
             check(tr["events"] == made + segments and tr["missing_events"] == 0 and tr["unmatched_frees"] == 0,
