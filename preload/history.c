@@ -211,7 +211,9 @@ static int observe_batch(void *ud, const cci_fast_batch *b)
         fill_chunk(c, b->order, ev, take, keep);  // outside the lock: the copy is long
     if (take) {
         pthread_mutex_lock(&h->chunk_lock);
-        if (!c && (c = carve(h, bytes)) != NULL)
+        // A large chunk whose own block could not be had is not carved: it would run past a
+        // slab's end, and cci_history_destroy frees large chunks one by one.
+        if (!c && bytes <= SLAB_CHUNK_MAX && (c = carve(h, bytes)) != NULL)
             fill_chunk(c, b->order, ev, take, keep);
         if (c) {
             c->next = h->chunks;
