@@ -100,7 +100,7 @@ static long count_kind(const listener *l, cci_event_kind kind)
 
 static void run(int thread_cache, const char *conf)
 {
-    cci_sim_device *sim = cci_sim_create((size_t)768 << 20);
+    cci_sim_device *sim = cci_sim_create((size_t)640 << 20);
     cci_config cfg;
     cci_config_default(&cfg);
     char err[256];
