@@ -87,7 +87,7 @@ struct cci_tc {
     uint64_t order;            // the `order` of this thread's fast-path events (set at each unlock)
     uint64_t last_stamp;
     int stamp_left;            // events until the clock is read again (stamp_now)
-    // Set aside while its magazines seldom serve (set_aside_after): only the owner reads or writes.
+    // Set aside while its magazines seldom serve (count_window): only the owner reads or writes.
     unsigned aside;            // allocations left that go straight to the locked path
     unsigned window, window_hits;  // allocations asked of the fast path in this window, and served
     int no_credit;             // its credits are all 0 (set aside and alone: hand_out_credits)
@@ -764,9 +764,10 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 // path in turn, and the stops never ended while more than one thread ran.
 #define STOP_WAIT_SPINS 4096
 
-static inline __attribute__((always_inline)) cci_tc *enter(cci_allocator *a)
+// The calling thread's cache `tc` (my_cache) taken for a fast path: tc, or NULL (none, or a stop
+// that lasted too long).
+static inline __attribute__((always_inline)) cci_tc *enter(cci_tc *tc)
 {
-    cci_tc *tc = my_cache(a);
     if (!tc)
         return NULL;
     for (int spins = 0;; spins++) {
@@ -839,9 +840,10 @@ static inline int log_room(cci_allocator *a, cci_tc *tc)
 #define ASIDE_MIN_HITS (ASIDE_WINDOW / 8)
 #define ASIDE_OPS 4096
 
-static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
+static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, cci_tc *mine, size_t rounded,
+                                                           size_t requested, uint64_t stream, uintptr_t *out)
 {
-    cci_tc *tc = enter(a);
+    cci_tc *tc = enter(mine);
     if (!tc)
         return CCI_ENOTOURS;
     int rc = MAG_MISS;
@@ -914,9 +916,10 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     return CCI_OK;
 }
 
-static inline __attribute__((always_inline)) int try_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+static inline __attribute__((always_inline)) int try_free(cci_allocator *a, cci_tc *mine, uintptr_t ptr,
+                                                          uint64_t stream)
 {
-    cci_tc *tc = enter(a);
+    cci_tc *tc = enter(mine);
     if (!tc)
         return CCI_ENOTOURS;
     cci_block **e = table_find(tc, ptr);
@@ -939,46 +942,36 @@ static void count_window(cci_tc *tc, int served)
     tc->window = tc->window_hits = 0;
 }
 
-// The calling thread's cache while set aside (its own fields: no gate needed), else NULL.
-static inline cci_tc *set_aside(const cci_allocator *a)
-{
-    cci_tc *tc = my_cache(a);
-    return tc && tc->aside ? tc : NULL;
-}
-
+// `aside` and the window are the owner's own fields: read and written without the gate.
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
-    cci_tc *aside = set_aside(a);
-    if (__builtin_expect(aside != NULL, 0)) {
-        aside->aside--;
+    cci_tc *tc = my_cache(a);
+    if (__builtin_expect(tc && tc->aside, 0)) {
+        tc->aside--;
         return CCI_ENOTOURS;
     }
-    int rc = try_alloc(a, rounded, requested, stream, out);
+    int rc = try_alloc(a, tc, rounded, requested, stream, out);
     if (rc == LOG_FULL) {
         cci_allocator_flush_events(a);  // a stop that moves no block
-        rc = try_alloc(a, rounded, requested, stream, out);
+        rc = try_alloc(a, tc, rounded, requested, stream, out);
     }
-    if (rc == CCI_OK || rc == MAG_MISS) {
-        cci_tc *tc = my_cache(a);
-        if (tc)
-            count_window(tc, rc == CCI_OK);
-    }
+    if (rc == CCI_OK || rc == MAG_MISS)
+        count_window(tc, rc == CCI_OK);  // (both come only from a cache)
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
 
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 {
-    if (__builtin_expect(set_aside(a) != NULL, 0))
+    cci_tc *tc = my_cache(a);
+    if (__builtin_expect(tc && tc->aside, 0))
         return CCI_ENOTOURS;  // straight into the free set, as without the caches
-    int rc = try_free(a, ptr, stream);
+    int rc = try_free(a, tc, ptr, stream);
     if (rc == LOG_FULL) {
         cci_allocator_flush_events(a);  // a stop that moves no block
-        rc = try_free(a, ptr, stream);
+        rc = try_free(a, tc, ptr, stream);
     }
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
-
-// ---- the locked side ------------------------------------------------------------------------------
 
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {
