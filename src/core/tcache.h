@@ -9,7 +9,9 @@
 //     order, at the unlock. Before the policy searches the free set, the magazine blocks that
 //     could change its choice go back to it (a locked allocation: the caller's own, and the other
 //     threads' that fit the request better than the free set's best; empty_cache, a layout: all),
-//     so the policy decides as it would without the caches;
+//     so the policy decides as it would without the caches (a fast path's own hit is the
+//     thread's last freed block of exactly that size: an exact fit, but not always the block of
+//     that size at the lowest address, which the policy would take);
 //   - statistics are exact, peaks included: a thread may raise a statistic without the lock only
 //     within a credit, and the credits of all threads never exceed the distance between the
 //     current value and its peak (recomputed at every unlock). So no increase made without the
