@@ -689,7 +689,7 @@ static inline void credit_rooms(const cci_allocator *a, int64_t room[CCI_POOL_KI
 static void hand_out_credits(cci_allocator *a)
 {
     cci_tc *mine = a->tc_mine;
-    if (mine && mine->aside && !mine->next && a->tcs == mine) {
+    if (mine && mine->aside && mine->alone) {
         // The only cache, set aside: nothing to share. It gets none, so that its first fast path
         // when it comes back misses, and the unlock after that gives it fresh credits.
         if (!mine->no_credit) {  // once per setting aside, not at every unlock
@@ -972,6 +972,8 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
     }
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
+
+// ---- the locked side ------------------------------------------------------------------------------
 
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {
