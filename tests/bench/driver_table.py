@@ -14,11 +14,9 @@ Every figure is the median over --rounds processes (each one cell of --budget-ms
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 
-from alloc_table import bench_env
-from thread_table import parse_output
+from thread_table import run_once
 
 SIZES = [512, 1 << 20, 20 << 20, 256 << 20]
 # (row, which executable, bench_threads --api, extra arguments)
@@ -33,20 +31,12 @@ def size_name(n):
 
 
 def one(args, exe, api, size, extra):
-    """ns per pair of one process, or None (the reason is printed)."""
-    cmd = [exe, "--api", api, "--threads", "1", "--size", str(size), "--budget-ms", str(args.budget_ms),
-           "--warmup-ms", str(args.warmup_ms)] + extra
-    try:
-        p = subprocess.run(cmd, env=bench_env(args, True, {}), capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        print(f"  {api} {size}: timed out", file=sys.stderr)
+    """ns per pair of one process (thread_table.run_once), or None (the reason is printed)."""
+    r = run_once(args, exe, api, [1], True, {}, f"{api} {size}", ["--size", str(size)] + extra)
+    if "failed" in r:
+        print(f"  {api} {size}: {r['failed']}", file=sys.stderr)
         return None
-    cells, served = parse_output(p.stdout)
-    if p.returncode != 0 or not cells or not served:
-        why = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "no output or nothing served"
-        print(f"  {api} {size}: exit {p.returncode}: {why}", file=sys.stderr)
-        return None
-    return 1e9 / cells[1]
+    return 1e9 / r["cells"][1]
 
 
 def main():
@@ -58,6 +48,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget-ms", type=int, default=200)
     ap.add_argument("--warmup-ms", type=int, default=300)
+    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--log-dir", help="one log per process (bench_threads.*.log)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     exes = {"shared": args.exe, "static": args.exe_static}

@@ -57,10 +57,11 @@ def run(args, exe, api, threads, preload=False, env_extra=None, label=""):
     return best
 
 
-def run_once(args, exe, api, threads, preload, env_extra, label):
+def run_once(args, exe, api, threads, preload, env_extra, label, extra=()):
+    """One bench_threads process (`extra`: more of its options, e.g. --size). Returns as run()."""
     env = bench_env(args, preload, env_extra)
     cmd = [exe, "--api", api, "--threads", ",".join(map(str, threads)), "--budget-ms", str(args.budget_ms),
-           "--warmup-ms", str(args.warmup_ms), "--label", label]
+           "--warmup-ms", str(args.warmup_ms), "--label", label] + list(extra)
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         out, err, rc = p.stdout, p.stderr, p.returncode
