@@ -128,6 +128,8 @@ static unsigned generation[CCI_PL_MAX_DEVICES];
 static _Atomic unsigned long long fence_clock;
 // When the last look at the non-blocking streams ended, and what it cost the host (ns).
 static _Atomic unsigned long long last_look_end, last_look_cost;
+// How many non-blocking streams the last look that found anything out saw busy (fence_busy).
+static _Atomic unsigned last_look_busy;
 
 // ---- what fences cost the host --------------------------------------------------------------
 // A fence is cheap when its events are recorded and queried, and costs the program's speed when
@@ -318,6 +320,7 @@ typedef struct look {
     int waiting;
     int pending;                 // query: some stream's work before the fence has not run yet
     unsigned asked;              // streams asked or swept (the look's driver calls)
+    unsigned busy;               // streams found with work before the fence (swept or sweep pending)
     shared_event **wait_on;      // wait: events to block on
     size_t n, cap;
 } look;
@@ -405,6 +408,7 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
         return 0;
     shared_event *sw = sweep_covering(c, f->seq);
     if (sw) {
+        lk->busy++;
         // Recorded after the fence (a look for this or a later fence): it passes once the
         // stream's work before the fence has run.
         if (lk->waiting)
@@ -439,6 +443,7 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
     }
     // Busy: one sweep now, after all its work queued before those fences. Every fence up to
     // `now` that still needs this stream shares it.
+    lk->busy++;
     shared_event *n = calloc(1, sizeof *n);
     if (!n)
         return -1;
@@ -599,6 +604,8 @@ static int look_at_streams(look *lk)
 {
     unsigned long long since = now_ns();
     int rc = cci_stream_registry_each_nonblocking(cover_stream, lk) || cover_retired(lk) ? -1 : 0;
+    if (lk->asked || lk->busy)
+        atomic_store_explicit(&last_look_busy, lk->busy, memory_order_relaxed);
     if (lk->asked) {
         unsigned long long end = now_ns();
         atomic_store_explicit(&last_look_cost, end - since, memory_order_relaxed);
@@ -720,8 +727,19 @@ static unsigned fence_width(void *ctx, int device)
     return n > UINT_MAX ? UINT_MAX : (unsigned)n;
 }
 
+// Busy side streams, as the last look that asked or found a sweep saw them, whichever device's
+// fence it was for: a fence covers every device's non-blocking streams. 0 when every one was idle
+// (PyTorch's stream pool on one GPU) or none exists; a moment's figure, read without a lock.
+static unsigned fence_busy(void *ctx, int device)
+{
+    (void)ctx;
+    (void)device;
+    return atomic_load_explicit(&last_look_busy, memory_order_relaxed);
+}
+
 const cci_backend_fence_ops cci_cuda_fence_ops = {
     .width = fence_width,
+    .busy = fence_busy,
     .record = fence_record,
     .query = fence_query,
     .poll = fence_poll,
@@ -807,6 +825,7 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&stream_checks, 0);  // the child's exit line counts the child's fences
     atomic_store(&stream_idle_answers, 0);
     atomic_store(&sweeps_recorded, 0);
+    atomic_store(&last_look_busy, 0);
     atomic_store(&shared_queries, 0);
     atomic_store(&looks_put_off, 0);
     for (int k = 0; k < COST_KINDS; k++) {

@@ -25,7 +25,9 @@
 #define FENCED_FIT_FACTOR 2
 // ... and of the pending blocks, those of the newest batches (recorded within the last
 // FENCED_FIT_SPARE * FENCE_TICK allocations) are not waited for on a poor fit: the device has
-// likely not reached them, and stalling the host there costs wall time.
+// likely not reached them, and stalling the host behind another stream's work (NCCL's, under DDP)
+// costs wall time. Except where a fence is dear and every side stream idle (the backend's `busy`
+// is 0): then the host stalls only behind the device's ordered work (allocator.c).
 #ifndef FENCED_FIT_SPARE
 #define FENCED_FIT_SPARE 2
 #endif

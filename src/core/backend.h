@@ -88,6 +88,12 @@ typedef struct cci_backend_fence_ops {
     /// the backend did not find out, because finding out costs more than it is worth now. It
     /// must answer in full again within a bounded time, so that nothing stays pending for ever.
     int (*poll)(void *ctx, int device, cci_fence f);
+    /// Optional (NULL: unknown, taken as busy): how many of the program's streams that a fence
+    /// covers beyond the device's own order (non-blocking streams) had work still queued when the
+    /// backend last looked. 0 means a fence passes once the device's ordered work has reached it,
+    /// so waiting for a recent one stalls only the host, never behind another stream's work. Where
+    /// fences are dear (width), the core then waits for a closer fit rather than split a poor one.
+    unsigned (*busy)(void *ctx, int device);
 } cci_backend_fence_ops;
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
@@ -142,6 +148,10 @@ void cci_sim_complete(cci_sim_device *sim, uint64_t stream);
 /// The stream events one fence costs, as the simulated backend reports it (fence_ops.width):
 /// models a program with that many streams, where the core asks the fences less (default 1).
 void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams);
+/// Of those streams, how many the simulated backend reports busy (fence_ops.busy): 0 (the
+/// default) models idle side streams (PyTorch's stream pool on one GPU), more models streams that
+/// always have work in flight (NCCL's under DDP).
+void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams);
 /// Fence queries the core made (fence_ops.query), for tests and replay.
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.

@@ -34,6 +34,7 @@ struct cci_sim_fences {
     size_t nfences, fence_cap, free_head;
     uint64_t records, waits, live, queries;
     unsigned width;  // the stream events a fence costs, as the backend reports it (0: 1)
+    unsigned busy;   // the streams it reports busy at its looks (fence_ops.busy)
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -142,6 +143,16 @@ static unsigned sim_fence_width(void *ctx, int device)
     return w;
 }
 
+static unsigned sim_fence_busy(void *ctx, int device)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    unsigned b = f->busy;
+    pthread_mutex_unlock(&f->lock);
+    return b;
+}
+
 static int sim_fence_wait(void *ctx, int device, cci_fence h)
 {
     (void)device;
@@ -186,6 +197,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .wait = sim_fence_wait,
     .release = sim_fence_release,
     .width = sim_fence_width,
+    .busy = sim_fence_busy,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -203,6 +215,14 @@ void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams)
     cci_sim_fences *f = cci__sim_fences_of(sim);
     pthread_mutex_lock(&f->lock);
     f->width = streams;
+    pthread_mutex_unlock(&f->lock);
+}
+
+void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    f->busy = streams;
     pthread_mutex_unlock(&f->lock);
 }
 

@@ -14,7 +14,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N [--fenced-streams S]] [--json] TRACE\n"
+            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N [--fenced-streams S] [--fenced-busy B]]\n"
+            "                [--json] TRACE\n"
             "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
@@ -27,6 +28,9 @@ static void usage(FILE *f)
             "              the fences recorded and the host waits (ignored under immediate_reuse)\n"
             "  --fenced-streams  with --fenced-lag: the program has S streams, so a fence costs S stream\n"
             "              events on a GPU and the allocator asks about fences less (default 1)\n"
+            "  --fenced-busy  with --fenced-lag: B of the streams always have work in flight (NCCL's under\n"
+            "              DDP), so the allocator does not wait for the newest fences on a poor fit\n"
+            "              (default 0: idle side streams, PyTorch's stream pool on one GPU)\n"
             "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
             "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
@@ -90,9 +94,9 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
            (unsigned long long)t->recorded_ooms, (unsigned long long)t->missing_events,
            (unsigned long long)t->truncated_bytes);
     if (o->fenced)
-        printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"num_fence_records\": %llu, "
+        printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"fence_busy\": %u, \"num_fence_records\": %llu, "
                "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, ",
-               (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1,
+               (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1, o->fence_busy,
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
                (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries);
     const cci_vmm_counts *v = &r->vmm;
@@ -136,9 +140,9 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
     if (o->fenced)
-        printf("fenced frees        fences pass %llu fence record%s late; %u stream%s\n",
+        printf("fenced frees        fences pass %llu fence record%s late; %u stream%s, %u busy\n",
                (unsigned long long)o->fence_lag, o->fence_lag == 1 ? "" : "s",
-               o->fence_streams ? o->fence_streams : 1, o->fence_streams > 1 ? "s" : "");
+               o->fence_streams ? o->fence_streams : 1, o->fence_streams > 1 ? "s" : "", o->fence_busy);
     if (r->num_fence_records || o->fenced)  // fenced frees replayed
         printf("fences              %llu recorded, %llu queries, the host waited %llu times (%llu for a "
                "fence not yet passed)\n",
@@ -178,6 +182,7 @@ int main(int argc, char **argv)
     size_t capacity = 0;
     int json = 0, sweep = 0, jobs = 0;
     cci_replay_opts opts = {0};
+    int busy_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char opt[32];
@@ -190,7 +195,8 @@ int main(int argc, char **argv)
             val = eq + 1;
         }
         int takes = !strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--jobs") ||
-                    !strcmp(a, "--fenced-lag") || !strcmp(a, "--fenced-streams");
+                    !strcmp(a, "--fenced-lag") || !strcmp(a, "--fenced-streams") ||
+                    !strcmp(a, "--fenced-busy");
         if (takes && !val) {
             if (i + 1 >= argc)
                 return bad("%s needs a value", a);
@@ -222,6 +228,13 @@ int main(int argc, char **argv)
             if (end == val || *end || *val < '0' || *val > '9' || n < 1 || n > 1000000)
                 return bad("--fenced-streams: '%s' is not a number of streams from 1 to 1000000", val);
             opts.fence_streams = (unsigned)n;
+        } else if (!strcmp(a, "--fenced-busy")) {
+            char *end;
+            unsigned long n = strtoul(val, &end, 10);
+            if (end == val || *end || *val < '0' || *val > '9' || n > 1000000)
+                return bad("--fenced-busy: '%s' is not a number of streams from 0 to 1000000", val);
+            opts.fence_busy = (unsigned)n;
+            busy_given = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--sweep")) {
@@ -245,6 +258,10 @@ int main(int argc, char **argv)
         return bad("%s cannot be combined with --sweep", "--fenced-lag");
     if (opts.fence_streams && !opts.fenced)
         return bad("%s needs --fenced-lag", "--fenced-streams");
+    if (busy_given && !opts.fenced)
+        return bad("%s needs --fenced-lag", "--fenced-busy");
+    if (opts.fence_busy > (opts.fence_streams ? opts.fence_streams : 1))
+        return bad("--fenced-busy %u: more busy streams than --fenced-streams gives", opts.fence_busy);
     if (jobs && !sweep)
         return bad("%s only applies to --sweep", "--jobs");
 

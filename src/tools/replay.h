@@ -44,6 +44,7 @@ typedef struct cci_replay_opts {
     /// With fenced: the program's streams, what one fence costs on a GPU (1 record event per
     /// device, then a look at each stream); the core asks dear fences less (0 or 1: one stream).
     unsigned fence_streams;
+    unsigned fence_busy;  // of those, the streams that always have work in flight (--fenced-busy)
 } cci_replay_opts;
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`

@@ -2,7 +2,8 @@
 // Fenced frees on the simulated device with a fence lag: a fenced block is never handed out before
 // its fence has passed; it is reused right after without growing the pool; a burst of frees costs
 // one fence; an allocation the pending fenced bytes could cover waits for the oldest sufficient
-// fence instead of reserving; the OOM ladder still works; without fences FENCED acts as DEFERRED.
+// fence instead of reserving; a poor fit waits for a fitting pending block unless a side stream is
+// busy and the block's batch is among the newest; the OOM ladder still works; without fences FENCED acts as DEFERRED.
 #include <string.h>
 
 #include "allocator_impl.h"
@@ -165,6 +166,48 @@ static void test_wait_for_oldest_sufficient(void)
     done(&f);
 }
 
+// A poor fit (a free block twice the request or more) beside a pending block that fits, where a
+// fence is dear: with every side stream idle the allocation waits for that block's batch, even
+// the newest; with a side stream busy the newest FENCED_FIT_SPARE batches are spared and the poor
+// fit is split instead.
+static void poor_fit_case(unsigned busy)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_sim_set_fence_width(f.sim, 32);  // a dear fence: no extra fence of its own on a poor fit
+    cci_sim_set_fence_busy(f.sim, busy);
+    uintptr_t big = must_alloc(&f, 3 * BIG, 0), a = must_alloc(&f, BIG, 0), b = must_alloc(&f, BIG, 0);
+    CHECK(cci_free(f.a, big, 0, CCI_FREE_NOW) == CCI_OK, "the large block is free at once");
+    // Misses that nothing free or pending could hold (nor hand over: one stream) close the
+    // batches. (A miss on another stream would take the free large segment over.)
+    cci_free(f.a, a, 0, CCI_FREE_FENCED);
+    must_alloc(&f, 4 * BIG, 0);  // a's batch gets fence 1
+    cci_free(f.a, b, 0, CCI_FREE_FENCED);
+    must_alloc(&f, 4 * BIG, 0);  // b's batch gets fence 2
+    CHECK_EQ_U(stats(&f)->num_fence_records, 2, "two batches, two fences");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and no wait yet");
+    uint64_t segs = f.st.num_device_alloc;
+    uintptr_t r = must_alloc(&f, BIG, 0);
+    if (busy) {
+        CHECK(r == big, "busy %u: the newest batches are spared, the poor fit is split", busy);
+        CHECK_EQ_U(stats(&f)->num_fence_waits, 0, "a busy side stream: no host wait");
+        CHECK_EQ_U(block_state(&f, a), 2, "a busy side stream: a still waits for its fence");
+    } else {
+        CHECK(r == a, "idle side streams: the allocation waited for the oldest fitting block");
+        CHECK_EQ_U(stats(&f)->num_fence_waits, 1, "idle side streams: one host wait");
+        CHECK_EQ_U(block_state(&f, b), 2, "only the batch that fits was waited for");
+        CHECK_EQ_U(block_state(&f, big), 0, "the large block stays whole and free");
+    }
+    CHECK_EQ_U(f.st.num_device_alloc, segs, "the pool did not grow");
+    done(&f);
+}
+
+static void test_poor_fit_spare(void)
+{
+    poor_fit_case(0);
+    poor_fit_case(1);
+}
+
 static void test_oom_ladder(void)
 {
     fixture f;
@@ -223,6 +266,7 @@ int main(void)
     test_reuse_only_after_fence();
     test_burst_one_fence();
     test_wait_for_oldest_sufficient();
+    test_poor_fit_spare();
     test_oom_ladder();
     test_without_fences();
     return t_finish();

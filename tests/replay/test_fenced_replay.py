@@ -15,7 +15,9 @@ Skipped (77) when TRACES_DIR is absent. What it proves, per trace:
   - --fenced-streams 32 (a program with many streams, as PyTorch's pool makes resnet on the GPU):
     fences are dear, so a poor fit no longer puts the open batch behind a fence of its own: no
     more fence records than with one stream (fewer over the traces), the queries are counted, and
-    the peak stays within 35 % of immediate reuse.
+    the peak stays within 35 % of immediate reuse;
+  - --fenced-busy 32 against idle side streams (lag 64): with idle ones a poor fit waits even for
+    the newest batches, so the host waits at least as often (more over the traces).
 Bad values of the option get exit 2 and one line.
 """
 import json
@@ -45,7 +47,11 @@ def bad_values(ccreplay, trace):
                          (["--fenced-lag", "2", "--sweep"], "cannot be combined with --sweep"),
                          (["--fenced-lag", "0", "--fenced-streams", "0"], "--fenced-streams: '0'"),
                          (["--fenced-lag", "0", "--fenced-streams", "many"], "--fenced-streams: 'many'"),
-                         (["--fenced-streams", "4"], "--fenced-streams needs --fenced-lag")):
+                         (["--fenced-streams", "4"], "--fenced-streams needs --fenced-lag"),
+                         (["--fenced-busy", "0"], "--fenced-busy needs --fenced-lag"),
+                         (["--fenced-lag", "0", "--fenced-busy", "x"], "--fenced-busy: 'x'"),
+                         (["--fenced-lag", "0", "--fenced-streams", "4", "--fenced-busy", "5"],
+                          "more busy streams than --fenced-streams")):
         p = subprocess.run([ccreplay, *args, trace], capture_output=True, text=True, timeout=60)
         lines = p.stderr.splitlines()
         check(p.returncode == 2 and len(lines) == 1 and needle in lines[0] and p.stdout == "",
@@ -62,6 +68,7 @@ def main():
     bad_values(ccreplay, paths[2])
     global fewer_records
     fewer_records = []  # per trace: records with one stream minus with 32
+    waited_more = []  # per trace: host waits with idle side streams minus with busy ones
     for name, path in zip(names, paths):
         imm = replay(ccreplay, path)
         lag0 = replay(ccreplay, "--fenced-lag", "0", path)
@@ -93,12 +100,26 @@ def main():
             check(many["peak_reserved_bytes"] <= imm["peak_reserved_bytes"] * 1.35,
                   f"{name}: 32 streams peak {many['peak_reserved_bytes']} vs immediate {imm['peak_reserved_bytes']}")
             fewer_records.append(lag0["num_fence_records"] - many["num_fence_records"])
+        # Many idle side streams (the default) against many busy ones, on a device far behind:
+        # with idle ones a poor fit waits even for the newest batches, so the host waits at
+        # least as often; both stay safe and are echoed.
+        idle = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", path)
+        busy = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", "--fenced-busy", "32", path)
+        if idle and busy:
+            print(f"{name}: lag 64, 32 streams: idle peak {idle['peak_reserved_bytes'] >> 20} MiB, "
+                  f"{idle['num_fence_waits']} waits; busy peak {busy['peak_reserved_bytes'] >> 20} MiB, "
+                  f"{busy['num_fence_waits']} waits")
+            check(idle["fence_busy"] == 0 and busy["fence_busy"] == 32, f"{name}: busy streams not echoed")
+            check(idle["num_fence_waits"] >= busy["num_fence_waits"],
+                  f"{name}: idle side streams waited less ({idle['num_fence_waits']}) than busy ones")
+            waited_more.append(idle["num_fence_waits"] - busy["num_fence_waits"])
         drop = ("replay_seconds",)
         check({k: v for k, v in far.items() if k not in drop} == {k: v for k, v in again.items() if k not in drop},
               f"{name}: two fenced replays differ")
         check(ignored["peak_reserved_bytes"] == replay(ccreplay, "--conf", "immediate_reuse:True", path)
               .get("peak_reserved_bytes"), f"{name}: immediate_reuse did not ignore --fenced-lag")
         check("fence_lag" not in imm, f"{name}: a plain replay reports a fence lag")
+    check(sum(waited_more) > 0, f"idle side streams never waited more than busy ones ({waited_more})")
     check(sum(fewer_records) > 0, f"32 streams recorded no fewer fences than one over the traces ({fewer_records})")
     print("FAIL" if failures else "ok", f"({len(failures)} failures)")
     return 1 if failures else 0
