@@ -62,6 +62,7 @@
 #include <time.h>
 
 #include "backend_cuda.h"
+#include "clock.h"
 #include "log.h"
 #include "real.h"
 #include "stream_registry.h"
@@ -142,18 +143,11 @@ static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
     shared_queries, looks_put_off;
 
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
     atomic_fetch_add_explicit(&cost_calls[kind], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&cost_events[kind], events, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cost_ns[kind], now_ns() - since, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cost_ns[kind], cci_pl_now_ns() - since, memory_order_relaxed);
 }
 
 static void count(_Atomic unsigned long long *c)
@@ -536,7 +530,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     cuda_fence *f = calloc(1, sizeof *f);
     if (!f)
         return CCI_EBACKEND;
-    unsigned long long t0 = now_ns();
+    unsigned long long t0 = cci_pl_now_ns();
     // Every stream the program could have used before the free is registered by now.
     f->streams = cci_stream_registry_epoch();
     f->seq = atomic_fetch_add(&fence_clock, 1) + 1;
@@ -591,7 +585,7 @@ static int look_put_off(void)
     if (cci_stream_registry_live() <= LOOK_CHEAP_STREAMS)
         return 0;
     unsigned long long pause = LOOK_TIME_SHARE * atomic_load_explicit(&last_look_cost, memory_order_relaxed);
-    if (now_ns() - atomic_load_explicit(&last_look_end, memory_order_relaxed) >= pause)
+    if (cci_pl_now_ns() - atomic_load_explicit(&last_look_end, memory_order_relaxed) >= pause)
         return 0;
     count(&looks_put_off);
     return 1;
@@ -602,12 +596,12 @@ static int look_put_off(void)
 // look_put_off rations by. 0 or -1.
 static int look_at_streams(look *lk)
 {
-    unsigned long long since = now_ns();
+    unsigned long long since = cci_pl_now_ns();
     int rc = cci_stream_registry_each_nonblocking(cover_stream, lk) || cover_retired(lk) ? -1 : 0;
     if (lk->asked || lk->busy)
         atomic_store_explicit(&last_look_busy, lk->busy, memory_order_relaxed);
     if (lk->asked) {
-        unsigned long long end = now_ns();
+        unsigned long long end = cci_pl_now_ns();
         atomic_store_explicit(&last_look_cost, end - since, memory_order_relaxed);
         atomic_store_explicit(&last_look_end, end, memory_order_relaxed);
     }
@@ -617,7 +611,7 @@ static int look_at_streams(look *lk)
 static int fence_ask(cci_fence handle, int in_passing)
 {
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    unsigned long long t0 = now_ns();
+    unsigned long long t0 = cci_pl_now_ns();
     size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i;
     int rc = 1;
     for (; i < f->n; i++) {
@@ -665,7 +659,7 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
-    unsigned long long t0 = now_ns();
+    unsigned long long t0 = cci_pl_now_ns();
     size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i, waited = 0;
     int rc = CCI_OK;
     // The legacy events first: once they have passed, the streams' looks below find most of the

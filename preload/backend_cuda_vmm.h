@@ -41,5 +41,7 @@ size_t cci_cuda_vmm_pool_bytes(int device);
 void cci_cuda_vmm_drop_device(int device);
 /// In a fork child: forget the parent's pages, mappings and ranges without driver calls.
 void cci_cuda_vmm_atfork_child(void);
+/// One exit line (CCI_LOG=info): the real VMM calls made and the host time they took.
+void cci_cuda_vmm_log_costs(void);
 
 #endif

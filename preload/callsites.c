@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 #include "python_frames.h"
 #include "state.h"
@@ -83,13 +84,6 @@ static struct device_track {
     size_t nkept;
     peak_entry top[PEAK_TOP];
 } dev[CCI_PL_MAX_DEVICES];
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 // Our own object's address range: frames inside it are the hooks and this file, not the caller.
 static int find_own(struct dl_phdr_info *info, size_t size, void *ud)
@@ -274,7 +268,7 @@ void cci__callsites_record(int device, uintptr_t addr, size_t size)
     int nnative = n - first < depth ? n - first : depth;
     cci_py_frame py[CCI_SETTINGS_MAX_STACKS];
     size_t npy = python_on ? cci_py_frames_capture(py, (size_t)depth) : 0;
-    uint64_t t = now_ns();
+    uint64_t t = cci_pl_now_ns();
 
     uintptr_t key[KEY_HEAD + CCI_SETTINGS_MAX_STACKS * 4];
     size_t nkey = KEY_HEAD;
@@ -447,7 +441,7 @@ static int finish(cci_report_holders *h, text_pool *p)
 static int holders_now(int device, cci_report_holders *h, cci_report_block_site **bs, size_t *nbs)
 {
     memset(h, 0, sizeof *h);
-    uint64_t t = now_ns();
+    uint64_t t = cci_pl_now_ns();
     pthread_mutex_lock(&lock);
     size_t n = 0;
     site **list = malloc((nsites + 1) * sizeof *list);

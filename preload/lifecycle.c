@@ -14,6 +14,7 @@
 #include "callsites.h"
 #include "intercept_runtime.h"
 #include "backend_cuda_fence.h"
+#include "backend_cuda_vmm.h"
 #include "levels.h"
 #include "log.h"
 #include "real.h"
@@ -152,4 +153,5 @@ __attribute__((destructor)) static void at_exit(void)
     cci_pl_exit_summary();
     cci_rule_log_exit();
     cci_cuda_fence_log_costs();
+    cci_cuda_vmm_log_costs();
 }
