@@ -602,9 +602,10 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
     return b;
 }
 
-// The best free block is far larger than the request while fenced frees wait: immediate reuse
-// would have handed out one of those (the program's pattern is "free a tensor, allocate its
-// like"), and splitting a large block instead scatters holes that later force the pool to grow.
+// The best free block is well larger than the request (FENCED_FIT_NUM / FENCED_FIT_DEN times or
+// more) while fenced frees wait: immediate reuse would have handed out one of those (the
+// program's pattern is "free a tensor, allocate its like"), and splitting a large block instead
+// scatters holes that later force the pool to grow.
 // So the pending ones are asked first: the closed batches whose fence has passed are harvested,
 // and if a pending block of an older batch (not among the FENCED_FIT_SPARE newest, unless the
 // fence is dear and every side stream idle) can hold the request, that batch is waited for. Measured on DDP (two H200s): waiting for any batch kept
@@ -670,7 +671,7 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         cci__tc_fitting(a, stream, small, rounded, fit, 1);
         b = take_free_block(a, rounded, small, stream);
     }
-    if (b && a->fenced_count && b->size >= FENCED_FIT_FACTOR * rounded)
+    if (b && a->fenced_count && b->size * FENCED_FIT_DEN >= FENCED_FIT_NUM * rounded)
         b = better_fit_after_fences(a, b, rounded, small, stream);
     if (!b && a->fenced_count)
         b = take_after_fences(a, rounded, small, stream);

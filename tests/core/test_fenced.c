@@ -166,7 +166,7 @@ static void test_wait_for_oldest_sufficient(void)
     done(&f);
 }
 
-// A poor fit (a free block twice the request or more) beside a pending block that fits, where a
+// A poor fit (a free block three times the request) beside a pending block that fits, where a
 // fence is dear: with every side stream idle the allocation waits for that block's batch, even
 // the newest; with a side stream busy the newest FENCED_FIT_SPARE batches are spared and the poor
 // fit is split instead.
