@@ -605,12 +605,12 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
 // The best free block is well larger than the request (FENCED_FIT_NUM / FENCED_FIT_DEN times or
 // more) while fenced frees wait: immediate reuse would have handed out one of those (the
 // program's pattern is "free a tensor, allocate its like"), and splitting a large block instead
-// scatters holes that later force the pool to grow.
-// So the pending ones are asked first: the closed batches whose fence has passed are harvested,
-// and if a pending block of an older batch (not among the FENCED_FIT_SPARE newest, unless the
-// fence is dear and every side stream idle) can hold the request, that batch is waited for. Measured on DDP (two H200s): waiting for any batch kept
-// the peak within 7 % of native but cost 11 % of wall time; never waiting cost 30 % of memory.
-// An old batch's fence has usually passed or is about to, so the wait is short.
+// scatters holes that later force the pool to grow. So the pending ones are asked first: the
+// closed batches whose fence has passed are harvested, and if a pending block of an older batch
+// (not among the FENCED_FIT_SPARE newest, unless the fence is dear and every side stream idle)
+// can hold the request, that batch is waited for. Measured on DDP (two H200s): waiting for any
+// batch kept the peak within 7 % of native but cost 11 % of wall time; never waiting cost 30 % of
+// memory. An old batch's fence has usually passed or is about to, so the wait is short.
 static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocator *a, cci_block *b,
                                                                    size_t rounded, int small, uint64_t stream)
 {

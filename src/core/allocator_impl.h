@@ -22,12 +22,14 @@
 #endif
 // A free block at least FENCED_FIT_NUM / FENCED_FIT_DEN times the request is a poor fit while
 // fenced frees wait: the pending blocks are looked at first (allocator.c, better_fit_after_fences).
-// 3/2 since session 8 (2 before): on the H100 resnet's peak over three processes went from 3622-3796
-// MiB to 3696 in every one (immediate reuse: 3626), the host waits and their blocking unchanged;
-// in replay with 32 idle streams resnet 3566-3606 MiB at lags 4-64 against 3666-3788, the encoder
-// and seedfrag within their run-to-run spread (docs/reuse-modes.md).
-#ifndef FENCED_FIT_NUM  // a build-time override, for policy experiments
+// 3/2 since session 8 (2 before): on the H100 resnet's peak over three processes went from
+// 3622-3796 MiB to 3696 in every one (immediate reuse: 3626), the host waits and their blocking
+// unchanged; in replay with 32 idle streams resnet 3566-3606 MiB at lags 4-64 against 3666-3788,
+// the encoder and seedfrag within their run-to-run spread (docs/reuse-modes.md).
+#ifndef FENCED_FIT_NUM  // build-time overrides, for policy experiments
 #define FENCED_FIT_NUM 3
+#endif
+#ifndef FENCED_FIT_DEN
 #define FENCED_FIT_DEN 2
 #endif
 // ... and of the pending blocks, those of the newest batches (recorded within the last
