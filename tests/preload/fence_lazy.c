@@ -24,6 +24,11 @@
 //                 apart): asked in passing, so the idle pool is not asked once per record.
 //   reset-with-sweep  cudaDeviceReset while a fence waits on a sweep: the dead context's events are
 //                 forgotten, and fences, sweeps and reuse work afterwards.
+//   poor-fit-idle / poor-fit-busy  a poor fit (a free block three times the request) beside two
+//                 pending blocks that fit, in the two newest batches, the fence dear (the pool).
+//                 With every side stream idle at the backend's last look the allocation waits for
+//                 the older fitting block's batch; with a side stream busy then (a late write held
+//                 on W), the newest batches are spared and the poor fit is split instead.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
@@ -471,10 +476,68 @@ static void poor_fits(void)
     drop_pool();
 }
 
+// A look at the streams: a fenced free (512 KiB: the small pool, which no request below can use),
+// a miss that puts it behind a fence, the legacy stream caught up, a second miss that asks the
+// fence in full. With `busy`, a late write is held on W at that moment: the look finds W busy.
+static void look_at_streams(cudaStream_t w, int busy, void **keep)
+{
+    void *x;
+    CUDA_OK(cudaMalloc(&x, (size_t)512 << 10));
+    if (busy) {
+        CUDA_OK(fakecuda_stream_hold(w, 1));
+        fakecuda_delayed_fill(x, OLD, (size_t)512 << 10, w, 0);
+    }
+    CUDA_OK(cudaFree(x));
+    CUDA_OK(cudaMalloc(&keep[0], 5 * BIG));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CUDA_OK(cudaMalloc(&keep[1], 6 * BIG));
+}
+
+static void poor_fit(int busy)
+{
+    ptest_api api = ptest_get_api();
+    make_pool();
+    cudaStream_t w = make_stream(cudaStreamNonBlocking);
+    void *keep[4], *big, *a, *b, *r;
+    look_at_streams(w, busy, keep);
+    // The GPU is busy from here on: no fence below passes unless the host waits for it.
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    CUDA_OK(cudaMalloc(&big, 3 * BIG));
+    CUDA_OK(cudaMalloc(&a, BIG));
+    CUDA_OK(cudaMalloc(&b, BIG));
+    CUDA_OK(cudaFreeAsync(big, cudaStreamLegacy));  // reusable at once on the legacy stream
+    // Misses that nothing free or pending could hold close a's batch, then b's.
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaMalloc(&keep[2], 4 * BIG));
+    CUDA_OK(cudaFree(b));
+    CUDA_OK(cudaMalloc(&keep[3], 4 * BIG));
+    uint64_t waits0 = ptest_stats(&api, 0).num_fence_waits;
+    CUDA_OK(cudaMalloc(&r, BIG));
+    uint64_t waits = ptest_stats(&api, 0).num_fence_waits - waits0;
+    printf("poor-fit-%s: r %s, %llu host waits\n", busy ? "busy" : "idle",
+           r == a ? "= a (waited)" : r == big ? "= the poor fit (split)" : "elsewhere", (unsigned long long)waits);
+    if (busy) {
+        CHECK(r == big, "a side stream busy at the last look: the newest batches are spared, the poor fit split");
+        CHECK(waits == 0, "and the host did not wait (%llu waits)", (unsigned long long)waits);
+    } else {
+        CHECK(r == a, "every side stream idle at the last look: the older fitting block's batch waited for");
+        CHECK(waits == 1, "one host wait (%llu)", (unsigned long long)waits);
+    }
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(fakecuda_stream_hold(w, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(r));
+    for (int i = 0; i < 4; i++)
+        CUDA_OK(cudaFree(keep[i]));
+    CUDA_OK(cudaStreamDestroy(w));
+    drop_pool();
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|reset-with-sweep|count K\n");
+        printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|"
+               "poor-fit-idle|poor-fit-busy|reset-with-sweep|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -492,6 +555,10 @@ int main(int argc, char **argv)
         keeps_up();
     else if (!strcmp(sc, "poor-fits"))
         poor_fits();
+    else if (!strcmp(sc, "poor-fit-idle"))
+        poor_fit(0);
+    else if (!strcmp(sc, "poor-fit-busy"))
+        poor_fit(1);
     else if (!strcmp(sc, "reset-with-sweep"))
         reset_with_sweep();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
