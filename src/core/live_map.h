@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The live map: the allocated and pending blocks of an allocator, by address, for a locked free's
-// lookup. Open addressing with linear probing over a power-of-two table of block pointers, read
-// and changed under the allocator lock only. A removal shifts the entries after it back into the
+// The live map: blocks by address. The allocator keeps its allocated and pending blocks in one, for
+// a locked free's lookup (read and changed under its lock); each thread cache the blocks its
+// owner may free without the lock (tcache.c: changed by the owner or by a lock holder while the
+// cache is stopped). Open addressing with linear probing over a power-of-two table of block
+// pointers. A removal shifts the entries after it back into the
 // hole (no tombstones): a table that only ever grows then never needs cleaning, where tombstones
 // had made the mixed workload rebuild its table every few hundred allocations.
 //
@@ -37,12 +39,17 @@ static inline cci_block *cci_live_find(const cci_live_map *m, uintptr_t addr)
     }
 }
 
-/// Takes out b, which is in the map.
-static inline void cci_live_remove(cci_live_map *m, const cci_block *b)
+/// Takes out b: 1, or 0 when b is not in the map.
+static inline int cci_live_remove(cci_live_map *m, const cci_block *b)
 {
+    if (!m->cap)
+        return 0;
     size_t mask = m->cap - 1, i = cci_live_home(b->addr, m->cap);
-    while (m->slot[i] != b)
+    while (m->slot[i] != b) {
+        if (!m->slot[i])
+            return 0;
         i = (i + 1) & mask;
+    }
     // Every entry after the hole, up to the next empty slot, whose probe starts at or before the
     // hole (cyclically) would no longer be found past it: it moves into the hole, which moves on.
     for (size_t j = (i + 1) & mask; m->slot[j]; j = (j + 1) & mask) {
@@ -54,6 +61,7 @@ static inline void cci_live_remove(cci_live_map *m, const cci_block *b)
     }
     m->slot[i] = NULL;
     m->count--;
+    return 1;
 }
 
 /// Makes the table four times as large as its blocks (at least 64 slots). 0, or -1 with the

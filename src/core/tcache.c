@@ -64,8 +64,7 @@ struct cci_tc {
     unsigned filled;           // bit c: mag[c] holds blocks. Allocations, drains and the fitting
                                // search look at those only (a scan of every class cost more than a
                                // hit's statistics); a free looks at every class (cache_block)
-    cci_block **table;         // the blocks this thread may free on its fast path, by address
-    size_t table_cap, table_used;  // used counts tombstones too
+    cci_live_map table;        // the blocks this thread may free on its fast path, by address
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
                                             // pool: .inc kept by the fast paths, .cur worked out at
                                             // the stop (given - credit); [CCI_POOL_ALL] unused
@@ -105,8 +104,6 @@ static __thread struct tls_slot slots[TLS_SLOTS] __attribute__((tls_model("initi
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;  // cache <-> allocator links at exit
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
-
-#define TOMBSTONE ((cci_block *)1)
 
 // ---- time stamps ---------------------------------------------------------------------------
 
@@ -250,70 +247,6 @@ static inline __attribute__((always_inline)) void delta_apply(cci_tc *tc, const 
     }
 }
 
-// ---- the address table -----------------------------------------------------------------------
-
-static size_t slot_of(uintptr_t addr, size_t cap)
-{
-    return (size_t)(cci_addr_mix(addr) >> 32) & (cap - 1);
-}
-
-static inline cci_block **table_find(cci_tc *tc, uintptr_t addr)
-{
-    if (!tc->table)
-        return NULL;
-    for (size_t i = slot_of(addr, tc->table_cap);; i = (i + 1) & (tc->table_cap - 1)) {
-        cci_block *b = tc->table[i];
-        if (!b)
-            return NULL;
-        if (b != TOMBSTONE && b->addr == addr)
-            return &tc->table[i];
-    }
-}
-
-static int table_rehash(cci_tc *tc, size_t cap)
-{
-    cci_block **t = calloc(cap, sizeof *t);
-    if (!t)
-        return -1;
-    size_t used = 0;
-    for (size_t i = 0; i < tc->table_cap; i++) {
-        cci_block *b = tc->table[i];
-        if (!b || b == TOMBSTONE)
-            continue;
-        size_t j = slot_of(b->addr, cap);
-        while (t[j])
-            j = (j + 1) & (cap - 1);
-        t[j] = b;
-        used++;
-    }
-    free(tc->table);
-    tc->table = t;
-    tc->table_cap = cap;
-    tc->table_used = used;
-    return 0;
-}
-
-static int table_insert(cci_tc *tc, cci_block *b)
-{
-    if ((tc->table_used + 1) * 2 > tc->table_cap) {
-        size_t live = 0;
-        for (size_t i = 0; i < tc->table_cap; i++)
-            live += tc->table[i] && tc->table[i] != TOMBSTONE;
-        size_t cap = tc->table_cap ? tc->table_cap : 64;
-        while ((live + 1) * 4 > cap)
-            cap *= 2;
-        if (table_rehash(tc, cap) != 0)
-            return -1;
-    }
-    size_t i = slot_of(b->addr, tc->table_cap);
-    while (tc->table[i] && tc->table[i] != TOMBSTONE)
-        i = (i + 1) & (tc->table_cap - 1);
-    if (!tc->table[i])
-        tc->table_used++;
-    tc->table[i] = b;
-    return 0;
-}
-
 // ---- thread slots and the registry -------------------------------------------------------------
 
 static cci_tc *my_cache(const cci_allocator *a)
@@ -345,7 +278,7 @@ static void unlink_cache(cci_allocator *a, cci_tc *tc)
 
 static void cache_free(cci_tc *tc)
 {
-    free(tc->table);
+    cci_live_clear(&tc->table);
     free(tc->log);
     free(tc->handed);
     free(tc->spare);
@@ -369,9 +302,9 @@ static void on_thread_exit(void *unused)
             cci__unlock(a);  // ... which this unlock tells the observers, in order with the others'
             cci__lock(a);
             // Blocks this thread allocated and did not free live on: the locked path frees them.
-            for (size_t j = 0; j < tc->table_cap; j++)
-                if (tc->table[j] && tc->table[j] != TOMBSTONE)
-                    tc->table[j]->owner = NULL;
+            for (size_t j = 0; j < tc->table.cap; j++)
+                if (tc->table.slot[j])
+                    tc->table.slot[j]->owner = NULL;
             unlink_cache(a, tc);
             note_alone(a);
             tc->a = NULL;
@@ -561,9 +494,7 @@ static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
         cci_block *b = m->b[i];
         // Counted as freed when it entered the magazine (folded since), with the merges foreseen
         // then: the locked side counts the merges made now instead.
-        cci_block **e = table_find(tc, b->addr);
-        if (e)
-            *e = TOMBSTONE;
+        cci_live_remove(&tc->table, b);
         b->owner = NULL;
         b->state = BLOCK_ALLOCATED;
         cci__release_cached(a, b, m->split[i], m->split_bytes[i]);
@@ -922,8 +853,7 @@ static inline __attribute__((always_inline)) int try_free(cci_allocator *a, cci_
     cci_tc *tc = enter(mine);
     if (!tc)
         return CCI_ENOTOURS;
-    cci_block **e = table_find(tc, ptr);
-    cci_block *b = e ? *e : NULL;
+    cci_block *b = cci_live_find(&tc->table, ptr);
     int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
              : !log_room(a, tc)                                        ? LOG_FULL
                                                                       : cache_block(a, tc, b, stream);
@@ -978,7 +908,7 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {
     cci_tc *tc = attach_cache(a);
-    if (tc && !tc->aside && table_insert(tc, b) == 0)  // set aside: its free takes the lock anyway
+    if (tc && !tc->aside && cci_live_add(&tc->table, b) == 0)  // set aside: its free takes the lock anyway
         b->owner = tc;
 }
 
@@ -987,18 +917,14 @@ void cci__tc_disown(cci_block *b)
     cci_tc *tc = b->owner;
     if (!tc)
         return;
-    cci_block **e = table_find(tc, b->addr);
-    if (e)
-        *e = TOMBSTONE;
+    cci_live_remove(&tc->table, b);
     b->owner = NULL;
 }
 
 void cci__tc_forget_all(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-        free(tc->table);
-        tc->table = NULL;
-        tc->table_cap = tc->table_used = 0;
+        cci_live_clear(&tc->table);
         memset(tc->mag, 0, sizeof tc->mag);
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
