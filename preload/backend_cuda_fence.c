@@ -460,6 +460,19 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
     return 0;
 }
 
+// Asks the retired event at *pr (pool lock held): 1 passed, and it left the list (*pr is now the
+// next one); 0 pending; -1 error.
+static int retired_prune_locked(shared_event **pr)
+{
+    shared_event *r = *pr;
+    int p = shared_passed(r);
+    if (p == 1) {
+        *pr = r->next;
+        drop_shared_ref_locked(r);
+    }
+    return p;
+}
+
 // The retired events a fence must include: those of streams that existed at its record and whose
 // last work has not been seen to pass (passed ones leave the list). After the live streams.
 // 0 or -1.
@@ -479,20 +492,27 @@ static int cover_retired(look *lk)
             pr = &r->next;
             continue;
         }
-        int p = shared_passed(r);
-        if (p < 0) {
-            rc = -1;
-        } else if (p == 1) {
-            *pr = r->next;
-            drop_shared_ref_locked(r);
+        int p = retired_prune_locked(pr);
+        if (p == 1)
             continue;
-        } else {
+        if (p < 0)
+            rc = -1;
+        else
             lk->pending = 1;
-        }
         pr = &r->next;
     }
     pthread_mutex_unlock(&pool_lock);
     return rc;
+}
+
+int cci_cuda_fence_retired_done(void)
+{
+    int p = 1;
+    pthread_mutex_lock(&pool_lock);
+    while (retired_list && (p = retired_prune_locked(&retired_list)) == 1)
+        ;
+    pthread_mutex_unlock(&pool_lock);
+    return p;
 }
 
 static void look_drop(look *lk)

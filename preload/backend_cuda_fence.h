@@ -18,6 +18,11 @@ extern const cci_backend_fence_ops cci_cuda_fence_ops;
 void cci_cuda_fence_retire_stream(CUstream s, int device, unsigned long long born,
                                   cci_stream_cover *cover);
 
+/// Whether every destroyed stream's last work has run: 1 (every retired event passed; they leave
+/// the list), 0 (one is pending), -1 (a query failed). Asks the driver about the pending ones,
+/// newest first, up to the first still pending.
+int cci_cuda_fence_retired_done(void);
+
 /// The stream's registry entry goes without a retire (its device's context goes): frees the
 /// cover; its events went with the context. NULL is fine.
 void cci_cuda_fence_forget_cover(cci_stream_cover *cover);

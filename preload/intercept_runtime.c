@@ -303,8 +303,9 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
 {
     const cci_real_runtime *rt = cci_real_rt();
     int outer = cci_pl_forwarding_begin();
-    // Before the stream exists (stream_registry.h, the switch).
-    cci_rule_switch(CCI_RULE_STREAM_CREATED);
+    // Before the stream exists (stream_registry.h, the switch), and no return to ordered until
+    // it is registered.
+    cci_rule_stream_create_begin();
     cudaError_t rc = which == CCI_STREAM_CREATE_PLAIN      ? rt->cudaStreamCreate(s)
                      : which == CCI_STREAM_CREATE_FLAGS    ? rt->cudaStreamCreateWithFlags(s, flags)
                                                            : rt->cudaStreamCreateWithPriority(s, flags, priority);
@@ -314,6 +315,7 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
             device = 0;
         cci_stream_registry_add(*s, device, which == CCI_STREAM_CREATE_PLAIN ? 0 : flags);
     }
+    cci_rule_stream_create_end();
     cci_pl_forwarding_end(outer);
     return rc;
 }

@@ -87,6 +87,9 @@ static inline cci_free_mode cci_serve_sync_free_mode(void)
     // Test-only (CCI_DEBUG_UNSAFE=no-fences): the fence is skipped, the layer is unsafe.
     if (__builtin_expect(cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_FENCES, 0))
         return CCI_FREE_NOW;
+    // Every stream the program created is gone and its work has run: ordered again.
+    if (cci_rule_back_to_ordered())
+        return CCI_FREE_NOW;
     return CCI_FREE_FENCED;
 }
 

@@ -19,11 +19,20 @@ _Thread_local int cci__rule_thread_seen __attribute__((tls_model("initial-exec")
 _Atomic int cci__rule_first_device = -1;
 _Atomic int cci__stream_registry_incomplete;
 
+_Atomic int cci__rule_may_return;
+
 static _Atomic int threads_seen;
-static _Atomic int reason;  // cci_rule_reason, set once by the switch
+static _Atomic int reason;  // cci_rule_reason of the current fenced spell (ORDERED: none)
+// A reason that no stream destruction undoes arose (second thread or device, peer access,
+// capture): the rule never returns to ordered.
+static _Atomic int sticky;
 // Serialises the switch: a second caller must not go on (and create its stream) before the
-// first caller's synchronisation has finished.
+// first caller's synchronisation has finished. Also serialises the return with creations.
 static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
+static int creating;               // observed stream creations between begin and end; switch_lock
+static _Atomic unsigned returns;   // times the rule returned to ordered
+static _Atomic unsigned return_tries;
+#define RETURN_TRY_EVERY 16        // fenced frees between two tries (a try may query events)
 
 static const char *reason_text(int why)
 {
@@ -43,13 +52,9 @@ static int stream_rule_disabled(void)
     return (cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_STREAM_RULE) != 0;
 }
 
-void cci_rule_switch(cci_rule_reason why)
+// Switch lock held.
+static void switch_locked(cci_rule_reason why)
 {
-    if (atomic_load(&reason) != CCI_RULE_ORDERED)
-        return;  // switched and synchronised already
-    if (stream_rule_disabled())
-        return;
-    pthread_mutex_lock(&switch_lock);
     if (atomic_load(&reason) == CCI_RULE_ORDERED) {
         // Flag first (seq_cst): a free that still reads "ordered" after this point cannot exist,
         // and one that read it before queued its work before the synchronisation below.
@@ -65,7 +70,77 @@ void cci_rule_switch(cci_rule_reason why)
         atomic_store(&reason, why);
         cci_log(CCI_LOG_DEBUG, "stream rule: frees are fenced from now on (%s)", reason_text(why));
     }
+}
+
+void cci_rule_switch(cci_rule_reason why)
+{
+    // A reason the return cannot undo is marked under the lock the return decides under, so a
+    // return can never follow it; once marked, a fenced rule stays fenced.
+    int lasting = why != CCI_RULE_STREAM_CREATED;
+    if (atomic_load(&reason) != CCI_RULE_ORDERED && (!lasting || atomic_load(&sticky)))
+        return;  // switched and synchronised already
+    if (stream_rule_disabled())
+        return;
+    pthread_mutex_lock(&switch_lock);
+    if (lasting) {
+        atomic_store(&sticky, 1);
+        atomic_store(&cci__rule_may_return, 0);
+    }
+    switch_locked(why);
     pthread_mutex_unlock(&switch_lock);
+}
+
+void cci_rule_stream_create_begin(void)
+{
+    if (stream_rule_disabled())
+        return;
+    pthread_mutex_lock(&switch_lock);
+    creating++;
+    switch_locked(CCI_RULE_STREAM_CREATED);
+    pthread_mutex_unlock(&switch_lock);
+}
+
+void cci_rule_stream_create_end(void)
+{
+    if (stream_rule_disabled())
+        return;
+    pthread_mutex_lock(&switch_lock);
+    creating--;
+    pthread_mutex_unlock(&switch_lock);
+}
+
+// Switch lock held. Whether the program's work can only be ordered again (THE RETURN): every
+// created stream destroyed (none being created: `creating` is read under the same lock that
+// begin takes before forwarding a creation, so a creation is either counted or will find the rule
+// ordered and switch again) and their last work run.
+static int may_return_locked(void)
+{
+    if (atomic_load(&sticky) || creating || atomic_load(&reason) != CCI_RULE_STREAM_CREATED ||
+        atomic_load(&returns) >= CCI_RULE_MAX_RETURNS || cci_stream_registry_live() != 0)
+        return -1;  // not now, and not until the registry empties again
+    return cci_cuda_fence_retired_done();
+}
+
+int cci__rule_try_return(void)
+{
+    if (atomic_fetch_add_explicit(&return_tries, 1, memory_order_relaxed) % RETURN_TRY_EVERY)
+        return 0;
+    if (pthread_mutex_trylock(&switch_lock) != 0)
+        return 0;  // a switch or a creation is underway: not now
+    int back = 0, may = may_return_locked();
+    if (may == 1) {
+        // Blocks already pending keep their fences; this free and later ones are NOW.
+        atomic_store(&reason, CCI_RULE_ORDERED);
+        atomic_store(&cci__rule_fenced, 0);
+        atomic_fetch_add(&returns, 1);
+        back = 1;
+        cci_log(CCI_LOG_DEBUG, "stream rule: ordered again (every created stream destroyed and "
+                "its last work run)");
+    }
+    if (may != 0)  // returned, or cannot until the registry empties again
+        atomic_store(&cci__rule_may_return, 0);
+    pthread_mutex_unlock(&switch_lock);
+    return back;
 }
 
 void cci__rule_note_new_thread(void)
@@ -159,6 +234,8 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
             retire(e.s, e.device, e.born, e.cover);
         else
             cci_cuda_fence_forget_cover(e.cover);
+        if (nentries == 0 && !atomic_load(&sticky))
+            atomic_store(&cci__rule_may_return, 1);  // fenced frees try to return (THE RETURN)
     }
     pthread_mutex_unlock(&registry_lock);
 }
@@ -230,17 +307,24 @@ void cci_rule_log_exit(void)
     unsigned long made, live;
     cci_stream_registry_counts(&made, &live);
     int why = atomic_load(&reason);
+    unsigned back = atomic_load(&returns);
     if (cci_state_config()->immediate_reuse)
         cci_log(CCI_LOG_INFO, "stream rule: immediate_reuse:True (every free reusable at once, "
                 "unsafe with more than one stream); %lu streams created", made);
-    else if (why == CCI_RULE_ORDERED)
+    else if (why == CCI_RULE_ORDERED && back == 0)
         cci_log(CCI_LOG_INFO, "stream rule: ordered the whole run (every free reusable at once); "
                 "%llu fences recorded, the host waited %llu times, %llu device synchronisations",
                 records, waits, syncs);
+    else if (why == CCI_RULE_ORDERED)
+        cci_log(CCI_LOG_INFO, "stream rule: ordered at exit, again %u time(s) after every created "
+                "stream was destroyed; %lu streams created; %llu fences recorded, the host waited "
+                "for a fence %llu times, %llu device synchronisations", back, made, records, waits,
+                syncs);
     else
-        cci_log(CCI_LOG_INFO, "stream rule: fenced since %s; %lu streams created; %llu fences "
+        cci_log(CCI_LOG_INFO, "stream rule: fenced since %s%s; %lu streams created; %llu fences "
                 "recorded, the host waited for a fence %llu times, %llu device synchronisations",
-                reason_text(why), made, records, waits, syncs);
+                reason_text(why), back ? " (ordered again in between)" : "", made, records, waits,
+                syncs);
 }
 
 void cci_stream_registry_atfork_child(void)
@@ -252,6 +336,11 @@ void cci_stream_registry_atfork_child(void)
     created = 0;
     atomic_store(&cci__rule_fenced, 0);
     atomic_store(&reason, CCI_RULE_ORDERED);
+    atomic_store(&sticky, 0);
+    atomic_store(&cci__rule_may_return, 0);
+    creating = 0;
+    atomic_store(&returns, 0);
+    atomic_store(&return_tries, 0);
     atomic_store(&threads_seen, cci__rule_thread_seen);  // the forking thread: the only one left
     atomic_store(&cci__rule_first_device, -1);
     atomic_store(&cci__stream_registry_incomplete, 0);

@@ -5,8 +5,11 @@
 //   - CCI_FREE_NOW (reusable at once) while the program's work can only be ordered: no stream was
 //     ever created (runtime or driver), at most one host thread has allocated or freed through us,
 //     one device has an allocator, no peer access was enabled and no capture was begun;
-//   - CCI_FREE_FENCED from the moment one of those stops being true, for the rest of the process
-//     (a fence recorded on every stream that may still use the block, backend_cuda_fence.c);
+//   - CCI_FREE_FENCED from the moment one of those stops being true (a fence recorded on every
+//     stream that may still use the block, backend_cuda_fence.c). Only created streams can be
+//     undone: once every one of them has been destroyed and its last work has run (its retired
+//     event passed), and nothing else broke the order, the rule RETURNS to ordered (below);
+//     a second thread, device, peer access or capture keeps it fenced for the rest of the process;
 //   - CCI_FREE_DEFERRED while a capture may be underway (as before: nothing may be recorded on the
 //     legacy stream then), and when the backend has no fences (the core then syncs the device).
 // immediate_reuse:True keeps meaning "always NOW" (unsafe with more than one stream).
@@ -28,8 +31,19 @@
 // that causes the switch synchronises every device that has an allocator once, BEFORE forwarding
 // the call that creates the unordered situation (the stream, the peer access, the capture) or
 // before serving the second thread / device: afterwards no cached block has pending work, and
-// every later free is fenced. The switch happens once per process; a racing free that still saw
-// "ordered" queued its work before the flag changed, hence before the synchronisation.
+// every later free is fenced. A racing free that still saw "ordered" queued its work before the
+// flag changed, hence before the synchronisation.
+//
+// THE RETURN. PyTorch programs often create a stream or two at start-up and destroy them again
+// (the encoder workload on the H100: one stream, then 2 266 fences and 1.4 s of host waits a
+// process, every one of them for work queued on the legacy stream alone). When the registry is
+// empty, no stream creation is in flight, no reason other than a created stream ever arose, and
+// every destroyed stream's retired event has passed, all work that can still run or be queued is
+// the legacy stream's (and the one thread's per-thread stream's) again: the ordered case above.
+// Blocks freed before the return keep their fences; frees from then on are NOW. A creation
+// after the return switches again, with the synchronisation (so a process that creates and
+// destroys streams in a loop pays one per return: returns stop after CCI_RULE_MAX_RETURNS).
+// Tried on fenced frees only, and only every few of them (a retired event costs a query).
 #ifndef CCI_PRELOAD_STREAM_REGISTRY_H
 #define CCI_PRELOAD_STREAM_REGISTRY_H
 
@@ -55,11 +69,31 @@ static inline int cci_rule_ordered(void)
     return atomic_load_explicit(&cci__rule_fenced, memory_order_relaxed) == 0;
 }
 
-/// Leaves the ordered rule for `why` (once per process; later calls return at once): marks every
-/// free from now on fenced, then synchronises every device with an allocator. Call it with no
+/// Leaves the ordered rule for `why` (later calls while fenced return at once): marks every free
+/// from now on fenced, then synchronises every device with an allocator. Call it with no
 /// allocator lock held, before the call that creates the unordered situation is forwarded.
 /// Does nothing under CCI_DEBUG_UNSAFE=no-stream-rule.
 void cci_rule_switch(cci_rule_reason why);
+
+/// Around a stream creation we observe (runtime or driver): begin switches to fenced (as
+/// cci_rule_switch(CCI_RULE_STREAM_CREATED)) and keeps the rule from returning to ordered until
+/// end, which is called after the new stream is in the registry (or the creation failed).
+void cci_rule_stream_create_begin(void);
+void cci_rule_stream_create_end(void);
+
+/// How many times the rule may return to ordered in one process (THE RETURN).
+#define CCI_RULE_MAX_RETURNS 16
+
+/// Non-zero while a return to ordered may be possible: fenced only for created streams, and the
+/// registry became empty (one relaxed load on the fenced free path).
+extern _Atomic int cci__rule_may_return;
+int cci__rule_try_return(void);
+/// For a free about to be fenced: 1 when the rule returned to ordered (the free is NOW).
+static inline int cci_rule_back_to_ordered(void)
+{
+    return __builtin_expect(atomic_load_explicit(&cci__rule_may_return, memory_order_relaxed), 0) &&
+           cci__rule_try_return();
+}
 
 /// The serving layer's notes, cheap on the fast path (one thread-local / relaxed load each):
 /// the calling thread allocates or frees through us; `device` gets (or has) an allocator.

@@ -254,7 +254,73 @@ static verdict many_in_flight(void)
     return r;
 }
 
+// Frees of small blocks: under the preload, after the last created stream is destroyed, fenced
+// frees are where the stream rule tries to return to ordered (preload/stream_registry.h).
+static void small_pairs(int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *t;
+        CK(cudaMalloc(&t, 4096));
+        CK(cudaFree(t));
+    }
+}
+
+// A destroyed stream's slow kernel still writes p while other blocks are freed; then p is freed
+// and its next owner writes on the legacy stream, which is not ordered after that kernel.
+static verdict destroyed_stream_busy(void)
+{
+    verdict r = {ROUNDS, 0, 0};
+    for (int i = 0; i < ROUNDS; i++) {
+        cudaStream_t a;
+        void *p, *q;
+        CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        CK(cudaMalloc(&p, N_WORDS * 4));
+        old_write(p, a);
+        CK(cudaStreamDestroy(a));
+        small_pairs(64);
+        CK(cudaFree(p));
+        CK(cudaMalloc(&q, N_WORDS * 4));
+        r.reused += q == p;
+        new_write(q, 0x50000u + i, cudaStreamLegacy);
+        CK(cudaDeviceSynchronize());
+        r.corrupt += !intact(q, 0x50000u + i);
+        CK(cudaFree(q));
+    }
+    return r;
+}
+
+// A stream came and went (the rule may be ordered again), p is freed while a slow kernel on the
+// legacy stream still writes it, and a new stream's owner gets the same size: the new stream's
+// creation must wait for that kernel, as the first stream's did.
+static verdict return_then_new_stream(void)
+{
+    verdict r = {ROUNDS, 0, 0};
+    for (int i = 0; i < ROUNDS; i++) {
+        cudaStream_t a, b;
+        void *p, *q;
+        CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+        CK(cudaStreamDestroy(a));
+        small_pairs(64);
+        CK(cudaMalloc(&p, N_WORDS * 4));
+        old_write(p, cudaStreamLegacy);
+        CK(cudaFree(p));
+        CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+        CK(cudaMalloc(&q, N_WORDS * 4));
+        r.reused += q == p;
+        new_write(q, 0x60000u + i, b);
+        CK(cudaDeviceSynchronize());
+        r.corrupt += !intact(q, 0x60000u + i);
+        CK(cudaFree(q));
+        CK(cudaStreamDestroy(b));
+    }
+    return r;
+}
+
+// The two scenarios of the rule's return come first: a second thread (per-thread-streams) keeps
+// the rule fenced for the rest of the process.
 static const struct { const char *name; verdict (*fn)(void); } scenarios[] = {
+    {"destroyed-stream-busy", destroyed_stream_busy},
+    {"return-then-new-stream", return_then_new_stream},
     {"two-blocking-streams", two_blocking},
     {"legacy-then-nonblocking", legacy_then_nonblocking},
     {"nonblocking-then-legacy", nonblocking_then_legacy},

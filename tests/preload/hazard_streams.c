@@ -283,6 +283,62 @@ static outcome many_in_flight(void)
     return o;
 }
 
+// Fenced frees of a small size: the rule tries its return to ordered every few of them.
+static void fenced_pairs(int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *t;
+        CUDA_OK(cudaMalloc(&t, 4096));
+        CUDA_OK(cudaFree(t));
+    }
+}
+
+// A destroyed stream's last work still writes p (a slow kernel) while the program frees other
+// blocks: the rule must not return to ordered before that work has run, or p, freed afterwards,
+// would go at once to a new owner on the legacy stream, which is not ordered after it.
+static outcome destroyed_stream_busy(void)
+{
+    cudaStream_t a = make_stream(cudaStreamNonBlocking);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, N));
+    fakecuda_delayed_fill(p, OLD, N, a, 300000);  // runs 0.3 s, far longer than what follows
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaStreamDestroy(a));
+    fenced_pairs(256);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, cudaStreamLegacy);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(cudaFree(q));
+    return o;
+}
+
+// Back to ordered after a stream came and went, p is freed at once with a late write still held
+// on the legacy stream; then a new stream appears and its owner gets p: the switch's
+// synchronisation must run the late write first, as at the first switch.
+static outcome return_then_new_stream(void)
+{
+    CUDA_OK(cudaStreamDestroy(make_stream(cudaStreamNonBlocking)));
+    fenced_pairs(256);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    late_write(p, cudaStreamLegacy);
+    CUDA_OK(cudaFree(p));
+    cudaStream_t b = make_stream(cudaStreamNonBlocking);
+    CUDA_OK(cudaMalloc(&q, N));
+    new_owner_writes(q, b);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
 static const struct {
     const char *name;
     outcome (*run)(void);
@@ -297,6 +353,8 @@ static const struct {
     {"free-async-then-other-stream", free_async_then_other_stream},
     {"graph-launch", graph_launch},
     {"many-in-flight", many_in_flight},
+    {"destroyed-stream-busy", destroyed_stream_busy},
+    {"return-then-new-stream", return_then_new_stream},
 };
 
 int main(int argc, char **argv)

@@ -5,8 +5,15 @@
 //   stream_rule runtime  - after cudaStreamCreateWithFlags the frees are fenced: fences are
 //                          recorded and no device synchronisation makes blocks reusable;
 //   stream_rule driver   - the same after a stream created through the driver (cuStreamCreate).
+// The return to ordered once every created stream is destroyed (stream_registry.h, THE RETURN):
+//   stream_rule return          - a runtime stream, then a driver stream, each destroyed: frees are
+//                                 NOW again soon after each destroy, not while the other lives;
+//   stream_rule return-recreate - after a return, a new stream switches to fenced again with one
+//                                 device synchronisation;
+//   stream_rule second-thread   - a second thread allocated: no return after the destroy.
 #include "fake_cuda_driver.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "ptest.h"
@@ -51,10 +58,91 @@ static void fenced(const ptest_api *api, const char *how)
           how, fakecuda_device_allocs());
 }
 
+// Pairs of one size until the freed block has come back at once, with no fence recorded, STREAK
+// times in a row (the ordered rule's behaviour: see ordered()). The pairs that took, or -1 when
+// that never happened in `limit` pairs.
+#define STREAK 32
+static int pairs_until_ordered(const ptest_api *api, int limit)
+{
+    int streak = 0;
+    for (int i = 0; i < limit; i++) {
+        void *p, *q;
+        cci_stats before = ptest_stats(api, 0);
+        CUDA_OK(cudaMalloc(&p, N));
+        CUDA_OK(cudaFree(p));
+        CUDA_OK(cudaMalloc(&q, N));
+        CUDA_OK(cudaFree(q));
+        cci_stats after = ptest_stats(api, 0);
+        streak = q == p && after.num_fence_records == before.num_fence_records ? streak + 1 : 0;
+        if (streak == STREAK)
+            return i + 1;
+    }
+    return -1;
+}
+
+// A stream with work queued on it (the work runs: nothing holds it).
+static cudaStream_t busy_stream(void)
+{
+    cudaStream_t s;
+    void *p;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(cudaMemsetAsync(p, 3, N, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaFree(p));
+    return s;
+}
+
+static void returns(const ptest_api *api)
+{
+    cudaStream_t a = busy_stream();
+    CUstream b;
+    CU_OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    CUDA_OK(cudaStreamDestroy(a));
+    CHECK(pairs_until_ordered(api, 600) < 0, "one stream of two destroyed: frees stay fenced");
+    CU_OK(cuStreamDestroy_v2(b));
+    int took = pairs_until_ordered(api, 600);
+    CHECK(took > 0, "every created stream destroyed: frees are reusable at once again (after %d pairs)",
+          took);
+}
+
+static void return_then_recreate(const ptest_api *api)
+{
+    CUDA_OK(cudaStreamDestroy(busy_stream()));
+    CHECK(pairs_until_ordered(api, 600) > 0, "the stream destroyed: ordered again");
+    fakecuda_reset_counters();
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(fakecuda_ctx_sync_calls() == 1, "a stream after the return: one synchronisation at the "
+          "switch (%llu)", fakecuda_ctx_sync_calls());
+    CHECK(pairs_until_ordered(api, 600) < 0, "a stream after the return: fenced again");
+    CUDA_OK(cudaStreamDestroy(s));
+}
+
+static void *allocate_once(void *unused)
+{
+    (void)unused;
+    void *p;
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(cudaFree(p));
+    return NULL;
+}
+
+static void second_thread(const ptest_api *api)
+{
+    cudaStream_t s = busy_stream();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, allocate_once, NULL) == 0, "second thread started");
+    pthread_join(t, NULL);
+    CUDA_OK(cudaStreamDestroy(s));
+    CHECK(pairs_until_ordered(api, 600) < 0, "a second thread allocated: no return to ordered");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s ordered|runtime|driver\n", argv[0]);
+        fprintf(stderr, "usage: %s ordered|runtime|driver|return|return-recreate|second-thread\n",
+                argv[0]);
         return 2;
     }
     ptest_api api = ptest_get_api();
@@ -70,6 +158,15 @@ int main(int argc, char **argv)
         CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
         fenced(&api, "driver");
         CU_OK(cuStreamDestroy_v2(s));
+    } else if (!strcmp(argv[1], "return")) {
+        returns(&api);
+    } else if (!strcmp(argv[1], "return-recreate")) {
+        return_then_recreate(&api);
+    } else if (!strcmp(argv[1], "second-thread")) {
+        second_thread(&api);
+    } else if (strcmp(argv[1], "ordered")) {
+        fprintf(stderr, "%s: unknown mode '%s'\n", argv[0], argv[1]);
+        return 2;
     }
     printf("stream rule %s: ok\n", argv[1]);
     return 0;
