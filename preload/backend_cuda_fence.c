@@ -109,6 +109,7 @@ typedef struct cuda_fence {
     unsigned long long seq;        // the fence's place on the fence clock
     unsigned long long streams;    // the stream registry's epoch at the record
     _Atomic int streams_covered;   // the lazy part is done: every stream it needed has run
+    int barrier;                   // its legacy event orders all later work (fence_orders)
 } cuda_fence;
 
 // One lock for the pools, the retired list and shared events' references; taken inside the
@@ -141,7 +142,7 @@ static _Atomic unsigned last_look_busy;
 enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
-    shared_queries, looks_put_off;
+    shared_queries, looks_put_off, barrier_records;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
@@ -166,11 +167,11 @@ void cci_cuda_fence_log_costs(void)
     if (!c[COST_RECORD] && !c[COST_QUERY] && !c[COST_WAIT])
         return;
     // The query and wait times include the lazy part's calls.
-    cci_log(CCI_LOG_INFO, "fence costs on the host: %llu records (%llu legacy-stream events) "
-            "%.1f ms; %llu queries (%llu events) %.1f ms; %llu waits (%llu events) blocked %.1f ms; "
+    cci_log(CCI_LOG_INFO, "fence costs on the host: %llu records (%llu legacy-stream events, %llu "
+            "barriers) %.1f ms; %llu queries (%llu events) %.1f ms; %llu waits (%llu events) blocked %.1f ms; "
             "non-blocking streams, looked at lazily: %llu stream queries (%llu idle), %llu sweeps "
             "recorded, %llu sweep/retired event queries, %llu looks put off", c[COST_RECORD], e[COST_RECORD],
-            ns[COST_RECORD] / 1e6, c[COST_QUERY], e[COST_QUERY], ns[COST_QUERY] / 1e6, c[COST_WAIT],
+            atomic_load(&barrier_records), ns[COST_RECORD] / 1e6, c[COST_QUERY], e[COST_QUERY], ns[COST_QUERY] / 1e6, c[COST_WAIT],
             e[COST_WAIT], ns[COST_WAIT] / 1e6, atomic_load(&stream_checks),
             atomic_load(&stream_idle_answers), atomic_load(&sweeps_recorded),
             atomic_load(&shared_queries), atomic_load(&looks_put_off));
@@ -574,6 +575,11 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
         fence_free(f);
         return CCI_EBACKEND;
     }
+    // THE BARRIER (stream_registry.h): one device's legacy event, nothing outside its implicit
+    // order, and no destroyed stream's last work still pending.
+    f->barrier = f->n == 1 && cci_rule_fence_is_barrier() && cci_cuda_fence_retired_done() == 1;
+    if (f->barrier)
+        count(&barrier_records);
     *out = (cci_fence)(uintptr_t)f;
     return CCI_OK;
 }
@@ -716,6 +722,13 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     return rc;
 }
 
+static int fence_orders(void *ctx, int device, cci_fence handle)
+{
+    (void)ctx;
+    (void)device;
+    return ((cuda_fence *)(uintptr_t)handle)->barrier;
+}
+
 static void fence_release(void *ctx, int device, cci_fence handle)
 {
     (void)ctx;
@@ -754,6 +767,7 @@ static unsigned fence_busy(void *ctx, int device)
 const cci_backend_fence_ops cci_cuda_fence_ops = {
     .width = fence_width,
     .busy = fence_busy,
+    .orders = fence_orders,
     .record = fence_record,
     .query = fence_query,
     .poll = fence_poll,
@@ -842,6 +856,7 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&last_look_busy, 0);
     atomic_store(&shared_queries, 0);
     atomic_store(&looks_put_off, 0);
+    atomic_store(&barrier_records, 0);
     for (int k = 0; k < COST_KINDS; k++) {
         atomic_store(&cost_calls[k], 0);
         atomic_store(&cost_events[k], 0);

@@ -284,13 +284,13 @@ CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int 
     // Before the stream exists: blocks freed at once until now must have no work left
     // (stream_registry.h, the switch), and no return to ordered until it is registered.
     if (observe)
-        cci_rule_stream_create_begin();
+        cci_rule_stream_create_begin(flags);
     CUresult rc = with_priority ? t->cuStreamCreateWithPriority(s, flags, priority)
                                 : t->cuStreamCreate(s, flags);
     if (observe && rc == CUDA_SUCCESS && s)
         cci_stream_registry_add(*s, ctx_device(t), flags);
     if (observe)
-        cci_rule_stream_create_end();
+        cci_rule_stream_create_end(flags);
     return rc;
 }
 

@@ -305,7 +305,8 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
     int outer = cci_pl_forwarding_begin();
     // Before the stream exists (stream_registry.h, the switch), and no return to ordered until
     // it is registered.
-    cci_rule_stream_create_begin();
+    unsigned kind = which == CCI_STREAM_CREATE_PLAIN ? 0 : flags;
+    cci_rule_stream_create_begin(kind);
     cudaError_t rc = which == CCI_STREAM_CREATE_PLAIN      ? rt->cudaStreamCreate(s)
                      : which == CCI_STREAM_CREATE_FLAGS    ? rt->cudaStreamCreateWithFlags(s, flags)
                                                            : rt->cudaStreamCreateWithPriority(s, flags, priority);
@@ -313,9 +314,9 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
     if (rc == cudaSuccess && s) {
         if (rt->cudaGetDevice(&device) != cudaSuccess)
             device = 0;
-        cci_stream_registry_add(*s, device, which == CCI_STREAM_CREATE_PLAIN ? 0 : flags);
+        cci_stream_registry_add(*s, device, kind);
     }
-    cci_rule_stream_create_end();
+    cci_rule_stream_create_end(kind);
     cci_pl_forwarding_end(outer);
     return rc;
 }

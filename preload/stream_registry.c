@@ -23,9 +23,17 @@ _Atomic int cci__rule_may_return;
 
 static _Atomic int threads_seen;
 static _Atomic int reason;  // cci_rule_reason of the current fenced spell (ORDERED: none)
-// A reason that no stream destruction undoes arose (second thread or device, peer access,
-// capture): the rule never returns to ordered.
-static _Atomic int sticky;
+// The reasons that no stream destruction undoes (second thread or device, peer access, capture)
+// that arose, one bit each (1 << reason): the rule never returns to ordered after any of them.
+static _Atomic unsigned lasting;
+// Beyond the legacy stream's implicit synchronisation: a second device, peer access, a capture.
+#define UNORDERED_BY_LEGACY ((1u << CCI_RULE_SECOND_DEVICE) | (1u << CCI_RULE_PEER_ACCESS) | \
+                             (1u << CCI_RULE_CAPTURE))
+// THE BARRIER (stream_registry.h): a fence was taken as a barrier, so blocks may have been handed
+// out with old work still queued; stays set. Non-blocking creations in flight.
+static _Atomic int barriers_granted;
+static _Atomic int nonblocking_creating;
+static _Atomic size_t nonblocking_live;  // live non-blocking streams in the registry
 // Serialises the switch: a second caller must not go on (and create its stream) before the
 // first caller's synchronisation has finished. Also serialises the return with creations.
 static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -52,6 +60,30 @@ static int stream_rule_disabled(void)
     return (cci_settings_get()->debug_unsafe & CCI_DEBUG_UNSAFE_NO_STREAM_RULE) != 0;
 }
 
+// Every device with an allocator, once no queued work can touch a freed block. Switch lock held.
+static void sync_devices(const char *why)
+{
+    cci_backend be = cci_cuda_backend();
+    // immediate_reuse:True never fences, so nothing needs the synchronisation.
+    int devices = cci_state_config()->immediate_reuse ? 0 : cci_state_device_bound();
+    for (int d = 0; d < devices; d++) {
+        if (cci_state_allocator_peek(d) && be.ops->synchronize(be.ctx, d) != CCI_OK)
+            cci_log(CCI_LOG_WARNING, "device %d: the synchronisation %s failed; blocks freed before "
+                    "it may be reused early", d, why);
+    }
+}
+
+// Before work that the legacy stream does not order (a non-blocking stream, another device, a
+// capture) can exist: if a fence was ever taken as a barrier, blocks handed out since may still
+// have old work queued, which that new work would not be ordered after. Flag read after the
+// caller announced itself (seq_cst): a record either sees the announcement and is no barrier, or
+// took its barrier before this load and its blocks' old work is covered by the sync.
+static void sync_after_barriers(void)
+{
+    if (atomic_load(&barriers_granted))
+        sync_devices("before work the fences' barriers do not order");
+}
+
 // Switch lock held.
 static void switch_locked(cci_rule_reason why)
 {
@@ -59,14 +91,7 @@ static void switch_locked(cci_rule_reason why)
         // Flag first (seq_cst): a free that still reads "ordered" after this point cannot exist,
         // and one that read it before queued its work before the synchronisation below.
         atomic_store(&cci__rule_fenced, 1);
-        cci_backend be = cci_cuda_backend();
-        // immediate_reuse:True never fences, so nothing needs the synchronisation.
-        int devices = cci_state_config()->immediate_reuse ? 0 : cci_state_device_bound();
-        for (int d = 0; d < devices; d++) {
-            if (cci_state_allocator_peek(d) && be.ops->synchronize(be.ctx, d) != CCI_OK)
-                cci_log(CCI_LOG_WARNING, "device %d: the synchronisation at the switch to fenced "
-                        "frees failed; blocks freed before it may be reused early", d);
-        }
+        sync_devices("at the switch to fenced frees");
         atomic_store(&reason, why);
         cci_log(CCI_LOG_DEBUG, "stream rule: frees are fenced from now on (%s)", reason_text(why));
     }
@@ -76,37 +101,57 @@ void cci_rule_switch(cci_rule_reason why)
 {
     // A reason the return cannot undo is marked under the lock the return decides under, so a
     // return can never follow it; once marked, a fenced rule stays fenced.
-    int lasting = why != CCI_RULE_STREAM_CREATED;
-    if (atomic_load(&reason) != CCI_RULE_ORDERED && (!lasting || atomic_load(&sticky)))
+    int lasting_reason = why != CCI_RULE_STREAM_CREATED;
+    if (atomic_load(&reason) != CCI_RULE_ORDERED &&
+        (!lasting_reason || (atomic_load(&lasting) & (1u << why))))
         return;  // switched and synchronised already
     if (stream_rule_disabled())
         return;
     pthread_mutex_lock(&switch_lock);
-    if (lasting) {
-        atomic_store(&sticky, 1);
+    if (lasting_reason) {
+        atomic_fetch_or(&lasting, 1u << why);
         atomic_store(&cci__rule_may_return, 0);
     }
-    switch_locked(why);
+    if (atomic_load(&reason) == CCI_RULE_ORDERED)
+        switch_locked(why);  // its synchronisation covers the barriers too
+    else if ((1u << why) & UNORDERED_BY_LEGACY)
+        sync_after_barriers();
     pthread_mutex_unlock(&switch_lock);
 }
 
-void cci_rule_stream_create_begin(void)
+void cci_rule_stream_create_begin(unsigned flags)
 {
     if (stream_rule_disabled())
         return;
     pthread_mutex_lock(&switch_lock);
     creating++;
-    switch_locked(CCI_RULE_STREAM_CREATED);
+    if (flags & CCI_CU_STREAM_NON_BLOCKING)
+        atomic_fetch_add(&nonblocking_creating, 1);
+    if (atomic_load(&reason) == CCI_RULE_ORDERED)
+        switch_locked(CCI_RULE_STREAM_CREATED);  // its synchronisation covers the barriers too
+    else if (flags & CCI_CU_STREAM_NON_BLOCKING)
+        sync_after_barriers();
     pthread_mutex_unlock(&switch_lock);
 }
 
-void cci_rule_stream_create_end(void)
+void cci_rule_stream_create_end(unsigned flags)
 {
     if (stream_rule_disabled())
         return;
     pthread_mutex_lock(&switch_lock);
     creating--;
+    if (flags & CCI_CU_STREAM_NON_BLOCKING)
+        atomic_fetch_sub(&nonblocking_creating, 1);
     pthread_mutex_unlock(&switch_lock);
+}
+
+int cci_rule_fence_is_barrier(void)
+{
+    if (stream_rule_disabled())
+        return 0;
+    atomic_store(&barriers_granted, 1);  // before the checks: see sync_after_barriers
+    return !(atomic_load(&lasting) & UNORDERED_BY_LEGACY) && !atomic_load(&nonblocking_creating) &&
+           !atomic_load(&nonblocking_live);
 }
 
 // Switch lock held. Whether the program's work can only be ordered again (THE RETURN): every
@@ -115,7 +160,7 @@ void cci_rule_stream_create_end(void)
 // ordered and switch again) and their last work run.
 static int may_return_locked(void)
 {
-    if (atomic_load(&sticky) || creating || atomic_load(&reason) != CCI_RULE_STREAM_CREATED ||
+    if (atomic_load(&lasting) || creating || atomic_load(&reason) != CCI_RULE_STREAM_CREATED ||
         atomic_load(&returns) >= CCI_RULE_MAX_RETURNS || cci_stream_registry_live() != 0)
         return -1;  // not now, and not until the registry empties again
     return cci_cuda_fence_retired_done();
@@ -210,6 +255,8 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
         }
         unsigned long long born = atomic_load(&epoch) + 1;
         entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags, .born = born};
+        if (flags & CCI_CU_STREAM_NON_BLOCKING)
+            atomic_fetch_add(&nonblocking_live, 1);
         atomic_store(&epoch, born);
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         created++;
@@ -229,12 +276,14 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
     if (i >= 0) {
         stream_entry e = entries[i];
         entries[i] = entries[--nentries];
+        if (e.flags & CCI_CU_STREAM_NON_BLOCKING)
+            atomic_fetch_sub(&nonblocking_live, 1);
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         if (retire)
             retire(e.s, e.device, e.born, e.cover);
         else
             cci_cuda_fence_forget_cover(e.cover);
-        if (nentries == 0 && !atomic_load(&sticky))
+        if (nentries == 0 && !atomic_load(&lasting))
             atomic_store(&cci__rule_may_return, 1);  // fenced frees try to return (THE RETURN)
     }
     pthread_mutex_unlock(&registry_lock);
@@ -247,6 +296,8 @@ void cci_stream_registry_drop_device(int device)
     for (size_t i = 0; i < nentries;) {
         if (entries[i].device == device) {
             cci_cuda_fence_forget_cover(entries[i].cover);
+            if (entries[i].flags & CCI_CU_STREAM_NON_BLOCKING)
+                atomic_fetch_sub(&nonblocking_live, 1);
             entries[i] = entries[--nentries];
         }
         else
@@ -336,7 +387,10 @@ void cci_stream_registry_atfork_child(void)
     created = 0;
     atomic_store(&cci__rule_fenced, 0);
     atomic_store(&reason, CCI_RULE_ORDERED);
-    atomic_store(&sticky, 0);
+    atomic_store(&lasting, 0);
+    atomic_store(&barriers_granted, 0);
+    atomic_store(&nonblocking_creating, 0);
+    atomic_store(&nonblocking_live, 0);
     atomic_store(&cci__rule_may_return, 0);
     creating = 0;
     atomic_store(&returns, 0);

@@ -44,6 +44,20 @@
 // after the return switches again, with the synchronisation (so a process that creates and
 // destroys streams in a loop pays one per return: returns stop after CCI_RULE_MAX_RETURNS).
 // Tried on fenced frees only, and only every few of them (a retired event costs a query).
+//
+// THE BARRIER. PyTorch's backward pass runs on its own thread, so training on one GPU without side
+// streams is fenced for "a second host thread" (encoder on the H100, session 9: 2 238 fences,
+// 1.5 s of host waits a process). Yet every stream such a program can use is ordered through the
+// legacy stream: blocking streams and per-thread default streams wait for earlier legacy work, and
+// the legacy stream for their earlier work (ordering facts 1 and 3). So the fence's own event,
+// recorded on the legacy stream after the frees, is a barrier: work queued after it, on any of
+// those streams, runs after the old owners' work. While no non-blocking stream is live or being
+// created, no destroyed stream's last work is pending, one device holds a fence event and no
+// peer access or capture was begun, a fenced batch is reusable as soon as its fence is recorded
+// (backend.h, fence_ops.orders); the host never waits for it. Unmapping still waits for fences to
+// pass. Leaving that situation is like the switch: before a non-blocking stream, a second
+// device, peer access or a capture can exist, the devices are synchronised once barriers were
+// taken (blocks handed out under a barrier may still have old work queued).
 #ifndef CCI_PRELOAD_STREAM_REGISTRY_H
 #define CCI_PRELOAD_STREAM_REGISTRY_H
 
@@ -78,8 +92,17 @@ void cci_rule_switch(cci_rule_reason why);
 /// Around a stream creation we observe (runtime or driver): begin switches to fenced (as
 /// cci_rule_switch(CCI_RULE_STREAM_CREATED)) and keeps the rule from returning to ordered until
 /// end, which is called after the new stream is in the registry (or the creation failed).
-void cci_rule_stream_create_begin(void);
-void cci_rule_stream_create_end(void);
+/// `flags` as the creation got them (CCI_CU_STREAM_NON_BLOCKING or not): a non-blocking stream is
+/// outside THE BARRIER's order, so begin also synchronises once barriers were taken.
+void cci_rule_stream_create_begin(unsigned flags);
+void cci_rule_stream_create_end(unsigned flags);
+
+/// THE BARRIER: called as a fence is recorded (allocator lock held). 1 when nothing outside the
+/// legacy stream's implicit synchronisation can touch our memory now (no live or coming
+/// non-blocking stream, one device, no peer access, no capture), so the fence's legacy event,
+/// once recorded, orders every later use after every earlier one; the caller also checks that the
+/// destroyed streams' last work has run. Marks that barriers were taken (stays marked).
+int cci_rule_fence_is_barrier(void);
 
 /// How many times the rule may return to ordered in one process (THE RETURN).
 #define CCI_RULE_MAX_RETURNS 16

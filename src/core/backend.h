@@ -94,6 +94,13 @@ typedef struct cci_backend_fence_ops {
     /// so waiting for a recent one stalls only the host, never behind another stream's work. Where
     /// fences are dear (width), the core then waits for a closer fit rather than split a poor one.
     unsigned (*busy)(void *ctx, int device);
+    /// Optional (NULL: never): 1 when the record of `f` by itself orders every use of memory
+    /// queued after it after every use queued before it (on CUDA: no stream outside the legacy
+    /// stream's implicit synchronisation could touch the memory, so the legacy event is a barrier
+    /// for all later work). Blocks freed before such a fence may go to a new owner as soon as it
+    /// is recorded. It says nothing about the fence having PASSED: old work may still run, so a
+    /// page is still unmapped only once a fence has passed (query, wait).
+    int (*orders)(void *ctx, int device, cci_fence f);
 } cci_backend_fence_ops;
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
@@ -152,6 +159,8 @@ void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams);
 /// default) models idle side streams (PyTorch's stream pool on one GPU), more models streams that
 /// always have work in flight (NCCL's under DDP).
 void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams);
+/// Whether fences recorded from now on order all later work at once (fence_ops.orders).
+void cci_sim_set_fence_orders(cci_sim_device *sim, int orders);
 /// Fence queries the core made (fence_ops.query), for tests and replay.
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.

@@ -20,6 +20,7 @@ typedef struct sim_stream {
 typedef struct sim_fence {
     uint64_t stream;
     uint64_t at;        // clock value at record; 0 marks a free slot
+    int orders;         // recorded while the device's fences ordered at once (fence_ops.orders)
     size_t next_free;   // free-slot chain (index + 1; 0 ends it)
 } sim_fence;
 
@@ -35,6 +36,7 @@ struct cci_sim_fences {
     uint64_t records, waits, live, queries;
     unsigned width;  // the stream events a fence costs, as the backend reports it (0: 1)
     unsigned busy;   // the streams it reports busy at its looks (fence_ops.busy)
+    int orders;      // fences recorded now order all later work (fence_ops.orders)
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -111,7 +113,7 @@ static int sim_fence_record(void *ctx, int device, uint64_t stream, cci_fence *o
     } else {
         slot = f->nfences++;
     }
-    f->fences[slot] = (sim_fence){.stream = stream, .at = ++f->clock};
+    f->fences[slot] = (sim_fence){.stream = stream, .at = ++f->clock, .orders = f->orders};
     f->records++;
     f->live++;
     *out = slot + 1;
@@ -176,6 +178,17 @@ static int sim_fence_wait(void *ctx, int device, cci_fence h)
     return rc;
 }
 
+static int sim_fence_orders(void *ctx, int device, cci_fence h)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    sim_fence *x = fence_at(f, h);
+    int rc = x ? x->orders : CCI_EBACKEND;
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
 static void sim_fence_release(void *ctx, int device, cci_fence h)
 {
     (void)device;
@@ -198,6 +211,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .release = sim_fence_release,
     .width = sim_fence_width,
     .busy = sim_fence_busy,
+    .orders = sim_fence_orders,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -223,6 +237,14 @@ void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams)
     cci_sim_fences *f = cci__sim_fences_of(sim);
     pthread_mutex_lock(&f->lock);
     f->busy = streams;
+    pthread_mutex_unlock(&f->lock);
+}
+
+void cci_sim_set_fence_orders(cci_sim_device *sim, int orders)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    f->orders = orders != 0;
     pthread_mutex_unlock(&f->lock);
 }
 

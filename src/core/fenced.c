@@ -42,10 +42,13 @@ static void defer_all(cci_allocator *a, cci_block *head)
     }
 }
 
-static void close_open_batch(cci_allocator *a)
+static void complete_oldest(cci_allocator *a);
+
+// 1 when the record ordered (backend.h, orders) and so made every pending batch reusable.
+static int close_open_batch(cci_allocator *a)
 {
     if (!a->fopen_head)
-        return;
+        return 0;
     cci_block *head = a->fopen_head;
     cci_fence_batch *fb = calloc(1, sizeof *fb);
     a->fopen_head = a->fopen_tail = NULL;
@@ -53,7 +56,7 @@ static void close_open_batch(cci_allocator *a)
     if (!fb || a->fences->record(a->be.ctx, a->device, CCI_STREAM_ALL, &fb->fence) != CCI_OK) {
         free(fb);
         defer_all(a, head);
-        return;
+        return 0;
     }
     a->st.num_fence_records++;
     fb->head = head;
@@ -67,6 +70,15 @@ static void close_open_batch(cci_allocator *a)
     else
         a->fb_head = fb;
     a->fb_tail = fb;
+    // A record that orders all later work after all earlier work (backend.h, orders) makes
+    // every pending batch reusable now, older ones too: their blocks' old work is either done or
+    // before this barrier. Their fences may not have passed, which only unmapping cares about,
+    // and unmapping records fences of its own.
+    if (!a->fences->orders || a->fences->orders(a->be.ctx, a->device, fb->fence) != 1)
+        return 0;
+    while (a->fb_head)
+        complete_oldest(a);
+    return 1;
 }
 
 void cci__fenced_free(cci_allocator *a, cci_block *b)
@@ -136,8 +148,8 @@ void cci__fenced_tick(cci_allocator *a)
 
 int cci__fenced_harvest(cci_allocator *a, int ask)
 {
-    close_open_batch(a);
-    return cci__fenced_poll(a, ask);
+    int ordered = close_open_batch(a);
+    return cci__fenced_poll(a, ask) || ordered;
 }
 
 int cci__fenced_poll(cci_allocator *a, int ask)

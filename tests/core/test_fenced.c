@@ -3,7 +3,9 @@
 // its fence has passed; it is reused right after without growing the pool; a burst of frees costs
 // one fence; an allocation the pending fenced bytes could cover waits for the oldest sufficient
 // fence instead of reserving; a poor fit waits for a fitting pending block unless a side stream is
-// busy and the block's batch is among the newest; the OOM ladder still works; without fences FENCED acts as DEFERRED.
+// busy and the block's batch is among the newest; fences that order all later work make their
+// batch (and older ones) reusable at once; the OOM ladder still works; without fences FENCED acts
+// as DEFERRED.
 #include <string.h>
 
 #include "allocator_impl.h"
@@ -106,6 +108,34 @@ static void test_reuse_only_after_fence(void)
     CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
     CHECK_EQ_U(f.st.num_fence_waits, 0, "and without a host wait");
     CHECK_EQ_U(f.completed, 1, "FREE_COMPLETED when it became reusable");
+    done(&f);
+}
+
+// Fences that order all later work at once (fence_ops.orders: on CUDA, no stream outside the
+// legacy stream's implicit synchronisation): a fenced block goes to its next owner as soon as its
+// batch's fence is recorded, although the fence never passes here (lag), and so do the blocks of
+// older batches recorded while fences did not order.
+static void test_ordering_fences(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    uintptr_t old = must_alloc(&f, BIG, 0), p = must_alloc(&f, BIG, 0);
+    CHECK(cci_free(f.a, old, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free, fences not ordering");
+    uintptr_t other = must_alloc(&f, BIG, 7);  // another stream's miss closes that batch
+    CHECK_EQ_U(block_state(&f, old), 2, "its block waits for its fence");
+    cci_sim_set_fence_orders(f.sim, 1);
+    CHECK(cci_free(f.a, p, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free, fences ordering");
+    CHECK_EQ_U(block_state(&f, p), 2, "waits in the open batch until a fence is recorded");
+    uint64_t segs = stats(&f)->num_device_alloc, records = f.st.num_fence_records;
+    uintptr_t q = must_alloc(&f, BIG, 0), r = must_alloc(&f, BIG, 0);
+    CHECK((q == p && r == old) || (q == old && r == p), "both freed blocks reused at the next miss");
+    CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+    CHECK_EQ_U(f.st.num_fence_records, records + 1, "behind the one fence the miss recorded");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and without a host wait");
+    CHECK_EQ_U(sim_waits(&f), 0, "(the fences themselves never passed)");
+    CHECK_EQ_U(f.completed, 2, "FREE_COMPLETED for both");
+    for (uintptr_t b[] = {other, q, r}, *i = b; i < b + 3; i++)
+        CHECK(cci_free(f.a, *i, *i == other ? 7 : 0, CCI_FREE_NOW) == CCI_OK, "free");
     done(&f);
 }
 
@@ -264,6 +294,7 @@ static void test_without_fences(void)
 int main(void)
 {
     test_reuse_only_after_fence();
+    test_ordering_fences();
     test_burst_one_fence();
     test_wait_for_oldest_sufficient();
     test_poor_fit_spare();

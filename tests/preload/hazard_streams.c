@@ -339,6 +339,33 @@ static outcome return_then_new_stream(void)
     return o;
 }
 
+// A blocking stream only: fences are barriers, so p, freed while a held legacy write still
+// targets it, goes to a new owner as soon as a miss records its fence. The new owner then works
+// on a non-blocking stream created afterwards, which no barrier orders: its creation must first
+// let the held write finish.
+static outcome barrier_then_nonblocking(void)
+{
+    cudaStream_t a = make_stream(cudaStreamDefault);
+    outcome o = {0};
+    void *p, *filler, *q;
+    CUDA_OK(cudaMalloc(&p, N));
+    CUDA_OK(cudaMalloc(&filler, N));  // the rest of p's segment
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    late_write(p, cudaStreamLegacy);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, N));  // a miss: the batch's fence is recorded, a barrier
+    cudaStream_t b = make_stream(cudaStreamNonBlocking);
+    new_owner_writes(q, b);
+    CUDA_OK(cudaDeviceSynchronize());
+    judge(&o, p, q);
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(filler));
+    CUDA_OK(cudaStreamDestroy(b));
+    CUDA_OK(cudaStreamDestroy(a));
+    return o;
+}
+
 static const struct {
     const char *name;
     outcome (*run)(void);
@@ -355,6 +382,7 @@ static const struct {
     {"many-in-flight", many_in_flight},
     {"destroyed-stream-busy", destroyed_stream_busy},
     {"return-then-new-stream", return_then_new_stream},
+    {"barrier-then-nonblocking", barrier_then_nonblocking},
 };
 
 int main(int argc, char **argv)

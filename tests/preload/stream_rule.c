@@ -11,6 +11,10 @@
 //   stream_rule return-recreate - after a return, a new stream switches to fenced again with one
 //                                 device synchronisation;
 //   stream_rule second-thread   - a second thread allocated: no return after the destroy.
+// THE BARRIER (fences reusable once recorded while the legacy stream orders everything):
+//   stream_rule barrier         - a blocking stream, the legacy stream held so that no fence can
+//                                 pass: pairs never wait and never grow the pool; a non-blocking
+//                                 stream then costs one synchronisation, and fences wait again.
 #include "fake_cuda_driver.h"
 
 #include <pthread.h>
@@ -138,10 +142,50 @@ static void second_thread(const ptest_api *api)
     CHECK(pairs_until_ordered(api, 600) < 0, "a second thread allocated: no return to ordered");
 }
 
+// 1000 pairs of 64 KiB with the legacy stream held: fences pass only when waited for.
+static cci_stats held_pairs(const ptest_api *api)
+{
+    cci_stats before = ptest_stats(api, 0);
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    fakecuda_reset_counters();
+    for (int i = 0; i < 1000; i++) {
+        void *p;
+        CUDA_OK(cudaMalloc(&p, N));
+        CUDA_OK(cudaMemsetAsync(p, 7, N, cudaStreamLegacy));
+        CUDA_OK(cudaFree(p));
+    }
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    cci_stats after = ptest_stats(api, 0);
+    after.num_fence_records -= before.num_fence_records;
+    after.num_fence_waits -= before.num_fence_waits;
+    return after;
+}
+
+static void barrier(const ptest_api *api)
+{
+    cudaStream_t blocking, nonblocking;
+    CUDA_OK(cudaStreamCreate(&blocking));
+    cci_stats d = held_pairs(api);
+    CHECK(d.num_fence_records > 0, "a blocking stream: frees are fenced (%llu fences)",
+          (unsigned long long)d.num_fence_records);
+    CHECK(d.num_fence_waits == 0 && fakecuda_device_allocs() <= 1,
+          "a blocking stream: the fences are barriers: no wait (%llu), no growth (%llu device "
+          "allocations)", (unsigned long long)d.num_fence_waits, fakecuda_device_allocs());
+    fakecuda_reset_counters();
+    CUDA_OK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
+    CHECK(fakecuda_ctx_sync_calls() == 1, "a non-blocking stream after barriers: one "
+          "synchronisation (%llu)", fakecuda_ctx_sync_calls());
+    d = held_pairs(api);
+    CHECK(d.num_fence_waits > 0, "a non-blocking stream live: fences are waited for again (%llu)",
+          (unsigned long long)d.num_fence_waits);
+    CUDA_OK(cudaStreamDestroy(nonblocking));
+    CUDA_OK(cudaStreamDestroy(blocking));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s ordered|runtime|driver|return|return-recreate|second-thread\n",
+        fprintf(stderr, "usage: %s ordered|runtime|driver|return|return-recreate|second-thread|barrier\n",
                 argv[0]);
         return 2;
     }
@@ -164,6 +208,8 @@ int main(int argc, char **argv)
         return_then_recreate(&api);
     } else if (!strcmp(argv[1], "second-thread")) {
         second_thread(&api);
+    } else if (!strcmp(argv[1], "barrier")) {
+        barrier(&api);
     } else if (strcmp(argv[1], "ordered")) {
         fprintf(stderr, "%s: unknown mode '%s'\n", argv[0], argv[1]);
         return 2;
