@@ -81,7 +81,7 @@ struct cci_allocator {
     size_t allowed_max;  // fraction cap (or capacity) that GC and the cap work against
     int capped;          // per_process_memory_fraction set: reservations past allowed_max fail
 
-    cci_block *free_tree[2];     // [0] large pool, [1] small pool
+    cci_free_set free_set[2];    // [0] large pool, [1] small pool
     uint64_t free_searches[2];   // GC's clock: a block's age is counted in searches of its pool
     cci_live_map live;           // allocated and pending blocks, by address
 
@@ -151,8 +151,8 @@ static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_PO
 void cci__absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c);
 /// Gives back (release = 1) or forgets (0) everything the allocator holds: fences, segments
 /// (ordinary and expandable), block records, the kept peak layout. The one teardown shared by
-/// cci_allocator_destroy and the in-place reset (allocator_reset.c); the lock and the segment
-/// array survive it.
+/// cci_allocator_destroy and the in-place reset (allocator_reset.c); the lock, the segment
+/// array and the free sets' per-stream bins (emptied) survive it.
 void cci__allocator_clear(cci_allocator *a, int release);
 int cci__layout_fill(cci_allocator *a, cci_layout *out);
 size_t cci__largest_free(cci_allocator *a);

@@ -71,6 +71,8 @@ void cci__allocator_clear(cci_allocator *a, int release)
         free(b);
     }
     a->nspare = 0;
+    cci_free_set_empty(&a->free_set[0]);
+    cci_free_set_empty(&a->free_set[1]);
     cci_layout_free(&a->peak);
     memset(&a->peak, 0, sizeof a->peak);
     a->have_peak = 0;
@@ -83,6 +85,8 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
         return;
     cci__tc_detach_all(a);
     cci__allocator_clear(a, release_segments);
+    cci_free_set_destroy(&a->free_set[0]);
+    cci_free_set_destroy(&a->free_set[1]);
     free(a->segs);
     pthread_mutex_destroy(&a->lock);
     free(a);
