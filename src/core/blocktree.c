@@ -26,8 +26,10 @@ static inline size_addr key_of(const cci_block *b) { return size_addr_of(b->size
 
 // Splits subtree t into the nodes ordered before k (hung at owner->child[0]) and the rest (at
 // owner->child[1]). The nodes before k form a chain that continues through right children, the
-// others through left children: side s continues at child[!s].
-static void split(cci_block *t, size_addr k, cci_block *owner)
+// others through left children: side s continues at child[!s]. Out of line: a bin holds a block
+// or two, so an insert seldom has a subtree to split, and without the loop it needs no registers
+// saved.
+static __attribute__((noinline)) void split(cci_block *t, size_addr k, cci_block *owner)
 {
     cci_block **link[2] = {&owner->child[0], &owner->child[1]};
     cci_block *parent[2] = {owner, owner};
@@ -46,7 +48,7 @@ static void split(cci_block *t, size_addr k, cci_block *owner)
 // Joins l and r (every key of l before every key of r) under `parent`; returns the new subtree.
 // The higher priority of the two tops goes up; l continues down its right spine, r down its left
 // one: side s continues at child[!s]. Picked by index, as in split, not by a branch.
-static cci_block *merge(cci_block *l, cci_block *r, cci_block *parent)
+static __attribute__((noinline)) cci_block *merge(cci_block *l, cci_block *r, cci_block *parent)
 {
     cci_block *root = NULL, **link = &root;
     cci_block *top[2] = {l, r};
@@ -66,6 +68,18 @@ static cci_block *merge(cci_block *l, cci_block *r, cci_block *parent)
     return root;
 }
 
+// merge, where a removed block's children are both there; else the one there, or NULL. A bin
+// holds a block or two, so a removal seldom has two children to join (2 % on the mixed workload).
+static inline cci_block *join(cci_block *l, cci_block *r, cci_block *parent)
+{
+    if (l && r)
+        return merge(l, r, parent);
+    cci_block *rest = (cci_block *)((uintptr_t)l | (uintptr_t)r);
+    if (rest)
+        rest->parent = parent;
+    return rest;
+}
+
 static uint32_t prio_of(uintptr_t addr)
 {
     uint64_t h = (uint64_t)addr * 0x9E3779B97F4A7C15ull;
@@ -81,7 +95,12 @@ static void treap_insert(cci_block **root, cci_block *b)
         parent = *link;
         link = &parent->child[!(k < key_of(parent))];
     }
-    split(*link, k, b);
+    if (*link) {
+        split(*link, k, b);
+    } else {
+        b->child[0] = NULL;
+        b->child[1] = NULL;
+    }
     b->parent = parent;
     *link = b;
 }
@@ -260,14 +279,14 @@ void cci_free_set_remove(cci_free_set *fs, cci_block *b)
         cci_block **link = &p->child[p->child[1] == b];
         if (*link != b)
             return;
-        *link = merge(b->child[0], b->child[1], p);
+        *link = join(b->child[0], b->child[1], p);
     } else {
         // A bin's root, or not in the set (parent NULL too): its bin says which.
         cci_stream_bins *sb = stream_bins(fs, b->stream);
         unsigned i = cci_free_bin_of(b->size);
         if (!sb || sb->bin[i] != b)
             return;
-        sb->bin[i] = merge(b->child[0], b->child[1], NULL);
+        sb->bin[i] = join(b->child[0], b->child[1], NULL);
         if (!sb->bin[i])
             mark_bin(sb, i, 0);
     }
