@@ -69,9 +69,8 @@ static inline void stat_pool_dec(cci_stat *arr, int small, int64_t d)
 
 static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
-// Observers are told through cci__notify_full (allocator_life.c: at once, or queued for the
-// unlock while thread caches exist). Most allocators have none: that is tested here, inline,
-// rather than after a call on every allocation and free.
+// Observers are told through cci__notify_full (allocator_impl.h: at once, or queued for the
+// unlock while thread caches exist). Most allocators have none: that is tested here first.
 static inline void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
                           size_t requested)
 {
@@ -210,7 +209,7 @@ static void release_block(cci_allocator *a, cci_block *b)
 {
     cci_segment *s = b->seg;
     int small = s->small;
-    cci_tree_remove(&a->free_tree[small], b);
+    cci_free_set_remove(&a->free_set[small], b);
     if (a->be.ops->release(a->be.ctx, a->device, s->addr, s->size) != CCI_OK)
         cci_log(CCI_LOG_WARNING, "device %d: releasing a %zu-byte segment failed; forgetting it", a->device,
                 s->size);
@@ -234,7 +233,7 @@ static void free_set_insert(cci_allocator *a, cci_block *b)
     b->state = BLOCK_FREE;
     b->requested = 0;
     b->gc_base = a->free_searches[b->small];
-    cci_tree_insert(&a->free_tree[b->small], b);
+    cci_free_set_insert(&a->free_set[b->small], b);
 }
 
 // Inlined where every locked allocation calls it (cci_malloc's first search): a call's register
@@ -244,8 +243,8 @@ static inline __attribute__((always_inline)) cci_block *take_free_block_inline(c
 {
     if (a->cfg.gc_threshold > 0)
         a->free_searches[small]++;
-    cci_block *b = cci_tree_lower_bound(a->free_tree[small], stream, rounded, 0);
-    if (!b || b->stream != stream)
+    cci_block *b = cci_free_set_lower_bound(&a->free_set[small], stream, rounded, 0);
+    if (!b)
         return NULL;
     if (b->seg->vmm)  // [expandable] keep a segment's growing end for what nothing else fits
         b = cci__exp_best_fit(a, b, small, stream);
@@ -254,7 +253,7 @@ static inline __attribute__((always_inline)) cci_block *take_free_block_inline(c
         return NULL;  // a small request never takes an oversize block
     if (rounded >= limit && b->size - rounded >= a->cfg.max_non_split_rounding)
         return NULL;  // nor a large one a block much larger than it
-    cci_tree_remove(&a->free_tree[small], b);
+    cci_free_set_remove(&a->free_set[small], b);
     return b;
 }
 
@@ -265,7 +264,7 @@ static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, u
 
 static inline void absorb_free_neighbour(cci_allocator *a, cci_block *b, cci_block *c)
 {
-    cci_tree_remove(&a->free_tree[c->small], c);
+    cci_free_set_remove(&a->free_set[c->small], c);
     if (c == b->prev) {
         b->addr = c->addr;
         b->prev = c->prev;
@@ -469,7 +468,7 @@ static void release_cached_all(cci_allocator *a)
     for (int pool = 0; pool < 2; pool++) {
         for (;;) {
             struct whole_list w = {chunk, 0, 256, 0, -1};
-            cci_tree_walk(a->free_tree[pool], collect_whole, &w);
+            cci_free_set_walk(&a->free_set[pool], collect_whole, &w);
             for (size_t i = 0; i < w.n; i++)
                 release_block(a, chunk[i]);
             if (w.n < w.cap)
@@ -492,17 +491,17 @@ static int release_available(cci_allocator *a, size_t rounded, int small, uint64
     if (limit == SIZE_MAX)
         return 0;
     size_t key = rounded < limit ? limit : rounded;
-    cci_block *b = cci_tree_lower_bound(a->free_tree[small], stream, key, 0);
-    if (b && b->stream == stream) {
+    cci_block *b = cci_free_set_lower_bound(&a->free_set[small], stream, key, 0);
+    if (b) {
         if (!is_whole(b))
             return 0;
         release_block(a, b);
         return 1;
     }
     size_t released = 0;
-    b = cci_tree_before(a->free_tree[small], stream, key, 0);
-    while (b && released < key && b->size >= limit && b->stream == stream) {
-        cci_block *prev = cci_tree_before(a->free_tree[small], b->stream, b->size, b->addr);
+    b = cci_free_set_before(&a->free_set[small], stream, key, 0);
+    while (b && released < key && b->size >= limit) {
+        cci_block *prev = cci_free_set_before(&a->free_set[small], b->stream, b->size, b->addr);
         if (is_whole(b)) {
             released += b->size;
             release_block(a, b);
@@ -540,7 +539,7 @@ static void garbage_collect(cci_allocator *a)
     size_t target = reserved - limit, reclaimed = 0;
     uint64_t clock = a->free_searches[0];
     struct age_sum s = {clock, 0, 0};
-    cci_tree_walk(a->free_tree[0], sum_age, &s);
+    cci_free_set_walk(&a->free_set[0], sum_age, &s);
     cci_block *chunk[256];
     int freed = 1;
     while (reclaimed < target && freed && s.count > 0) {
@@ -548,7 +547,7 @@ static void garbage_collect(cci_allocator *a)
         freed = 0;
         for (;;) {
             struct whole_list w = {chunk, 0, 256, clock, threshold};
-            cci_tree_walk(a->free_tree[0], collect_whole, &w);
+            cci_free_set_walk(&a->free_set[0], collect_whole, &w);
             for (size_t i = 0; i < w.n; i++) {
                 s.total -= (double)(clock - chunk[i]->gc_base);
                 s.count--;
@@ -625,7 +624,7 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
     // keeping the poor fit raised the peak from 1.02x to 1.18x immediate reuse.
     int ask = cheap || cci__fenced_could_fit(a, rounded, small, stream, b->size) ? CCI_ASK_IN_FULL
                                                                                  : CCI_ASK_IN_PASSING;
-    cci_tree_insert(&a->free_tree[small], b);
+    cci_free_set_insert(&a->free_set[small], b);
     // The open batch too where a fence is cheap (FENCED_FIT_HARVEST_MAX_WIDTH): its blocks are the
     // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
     int harvest = cheap && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
@@ -656,6 +655,10 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     cci__lock(a);
+    if (cci_free_set_reserve(&a->free_set[small], stream) != 0) {
+        cci__unlock(a);  // no host memory for the stream's bins: none for its blocks either
+        return CCI_EOOM;
+    }
     cci__tc_drain_mine(a);
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
@@ -667,7 +670,7 @@ int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
         // Another thread's magazine holds a closer fit: with it back in the free set, the policy
         // chooses as it would without the caches.
         if (b)
-            cci_tree_insert(&a->free_tree[small], b);
+            cci_free_set_insert(&a->free_set[small], b);
         cci__tc_fitting(a, stream, small, rounded, fit, 1);
         b = take_free_block(a, rounded, small, stream);
     }

@@ -71,6 +71,8 @@ void cci__allocator_clear(cci_allocator *a, int release)
         free(b);
     }
     a->nspare = 0;
+    cci_free_set_empty(&a->free_set[0]);
+    cci_free_set_empty(&a->free_set[1]);
     cci_layout_free(&a->peak);
     memset(&a->peak, 0, sizeof a->peak);
     a->have_peak = 0;
@@ -83,6 +85,8 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
         return;
     cci__tc_detach_all(a);
     cci__allocator_clear(a, release_segments);
+    cci_free_set_destroy(&a->free_set[0]);
+    cci_free_set_destroy(&a->free_set[1]);
     free(a->segs);
     pthread_mutex_destroy(&a->lock);
     free(a);
@@ -101,39 +105,7 @@ void cci_allocator_fork_child(cci_allocator *a)
 
 // ---- observers ------------------------------------------------------------------------------
 
-void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                      size_t requested)
-{
-    if (!a->nobs)
-        return;
-    if (!a->tcs) {
-        cci__notify_now(a, kind, stream, addr, size, requested);
-        return;
-    }
-    // With thread caches, the observers with a batch door are told now (they have had the fast
-    // paths' events at this section's stop); the others at the unlock, after the swapped logs.
-    cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
-    cci__tell(a, &ev, CCI_TELL_BATCH);
-    // Queued only when an observer without a batch door wants it: the unlock would tell nobody.
-    if (a->tell_n[kind][CCI_TELL_SERIAL] && !cci__tc_queue_event(a, &ev))
-        cci__tell(a, &ev, CCI_TELL_SERIAL);  // host out of memory: told at once, a little out of order
-}
-
-void cci__notify_now(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,
-                     size_t requested)
-{
-    if (!a->nobs)
-        return;
-    cci_event ev = {kind, a->device, stream, addr, size, requested, 2 * a->epoch, 0};
-    cci__tell(a, &ev, CCI_TELL_ALL);
-}
-
-void cci__tell(cci_allocator *a, const cci_event *ev, int which)
-{
-    const uint8_t *at = a->tell_at[ev->kind][which];
-    for (int i = 0, n = a->tell_n[ev->kind][which]; i < n; i++)
-        a->obs[at[i]].fn(a->obs[at[i]].ud, ev);
-}
+void cci__tell(cci_allocator *a, const cci_event *ev, int which) { cci__tell_inline(a, ev, which); }
 
 // The lists cci__tell reads: for each kind and door, the observers that want the kind and listen
 // at the door, in the order they were added (the order every event reaches them in). Lock held.
@@ -147,7 +119,8 @@ static void rebuild_tell_lists(cci_allocator *a)
                 continue;
             for (int which = 1; which <= CCI_TELL_ALL; which++)
                 if (which & door)
-                    a->tell_at[kind][which][a->tell_n[kind][which]++] = (uint8_t)i;
+                    a->tell_at[kind][which][a->tell_n[kind][which]++] =
+                        (struct cci_tell_entry){a->obs[i].fn, a->obs[i].ud};
         }
     }
 }

@@ -48,7 +48,6 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
         tell(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size);
     }
     cci__allocator_clear(a, release_segments);
-    a->free_tree[0] = a->free_tree[1] = NULL;
     a->free_searches[0] = a->free_searches[1] = 0;
     a->pend_head = a->pend_tail = NULL;
     a->pend_count = a->pend_bytes = 0;

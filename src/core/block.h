@@ -68,15 +68,67 @@ struct cci_segment {
     cci_vmm_seg *vmm;    // NULL for an ordinary segment (one reserve call, all of it memory)
 };
 
-// The free set: blocks ordered by (stream, size, addr). A treap with address-derived priorities
-// keeps it deterministic, so replays give the same answer on every run.
-void cci_tree_insert(cci_block **root, cci_block *b);
-void cci_tree_remove(cci_block **root, cci_block *b);
-/// First block with key >= (stream, size, addr), or NULL.
-cci_block *cci_tree_lower_bound(cci_block *root, uint64_t stream, size_t size, uintptr_t addr);
-/// Last block with key < (stream, size, addr), or NULL.
-cci_block *cci_tree_before(cci_block *root, uint64_t stream, size_t size, uintptr_t addr);
-/// In-order walk; stops early when fn returns non-zero.
-int cci_tree_walk(cci_block *root, int (*fn)(cci_block *b, void *ud), void *ud);
+// The free set of one pool (blocktree.c): blocks ordered by (stream, size, addr), exactly (a
+// search answers the smallest block of the stream that holds the size, the lowest address among
+// equals: PyTorch's best fit). Each stream's blocks are binned by size, eight bins an octave, and
+// each bin is a treap ordered by (size, addr) with address-derived priorities, so the same
+// operations build the same set on every run. Why bins: a search of one treap over the whole pool
+// was a descent of 6-8 dependent loads on the mixed workload; a bin holds a block or two, and
+// the first bin with anything above the request is found in a bitmap (session 9).
+#define CCI_FREE_BIN_BITS 3  // log2 of the bins an octave of sizes
+#define CCI_FREE_BINS 256    // the last holds every block of 7.5 TiB and more
+#define CCI_FREE_BIN_WORDS (CCI_FREE_BINS / 64)
+
+// The bin of a block size: monotone in the size, so every block of a lower bin is smaller than
+// every block of a higher one. Sizes in units of 512 bytes (the allocator's granularity); units
+// below 16 get a bin each, then each octave [2^m, 2^(m+1)) splits into 8 bins by the 3 bits
+// after the leading one. Without branches: sizes are a coin toss here as in the treap.
+static inline unsigned cci_free_bin_of(size_t size)
+{
+    uint64_t units = size >> 9;
+    const uint64_t top = ((uint64_t)1 << 34) - 1;  // where the last bin begins, in units
+    units = units < top ? units : top;
+    unsigned m = 63u - (unsigned)__builtin_clzll(units | (1u << CCI_FREE_BIN_BITS));
+    unsigned shift = m - CCI_FREE_BIN_BITS;
+    return (shift << CCI_FREE_BIN_BITS) + (unsigned)(units >> shift);
+}
+
+// One stream's free blocks of a pool.
+typedef struct cci_stream_bins {
+    uint64_t stream;
+    uint64_t used[CCI_FREE_BIN_WORDS];  // bit i: bin[i] holds a block
+    cci_block *bin[CCI_FREE_BINS];      // treap roots
+} cci_stream_bins;
+
+typedef struct cci_free_set {
+    cci_stream_bins **streams;  // sorted by stream; kept while the allocator lives
+    size_t nstreams, cap;
+    cci_stream_bins *last;      // the stream last looked up: most programs use one or a few
+} cci_free_set;
+
+/// Adds the bins of a stream the set has none of: 0, or -1 when the host is out of memory.
+int cci__free_set_add_stream(cci_free_set *fs, uint64_t stream);
+/// Makes room for blocks of `stream`, so that inserting one cannot fail: 0, or -1 when the host
+/// is out of memory. Every stream a block of the set can have was first requested by an
+/// allocation, which calls this before it searches (allocator.c). Inline: on every locked
+/// allocation the stream is the one looked up last.
+static inline int cci_free_set_reserve(cci_free_set *fs, uint64_t stream)
+{
+    return fs->last && fs->last->stream == stream ? 0 : cci__free_set_add_stream(fs, stream);
+}
+void cci_free_set_insert(cci_free_set *fs, cci_block *b);
+/// Takes b out; nothing when b is not in the set (never inserted, or removed already).
+void cci_free_set_remove(cci_free_set *fs, cci_block *b);
+/// First block of `stream` with key >= (stream, size, addr), or NULL.
+cci_block *cci_free_set_lower_bound(cci_free_set *fs, uint64_t stream, size_t size, uintptr_t addr);
+/// Last block of `stream` with key < (stream, size, addr), or NULL.
+cci_block *cci_free_set_before(cci_free_set *fs, uint64_t stream, size_t size, uintptr_t addr);
+/// In-order walk ((stream, size, addr)); stops early when fn returns non-zero.
+int cci_free_set_walk(const cci_free_set *fs, int (*fn)(cci_block *b, void *ud), void *ud);
+/// Forgets every block; the streams' bins stay, so that a stream reserved before stays reserved
+/// (an allocation that dropped the lock around a wait, across an in-place reset).
+void cci_free_set_empty(cci_free_set *fs);
+/// Frees the streams' bins.
+void cci_free_set_destroy(cci_free_set *fs);
 
 #endif

@@ -300,7 +300,7 @@ static cci_block *insert_free(cci_allocator *a, cci_block *b)
     b->state = BLOCK_FREE;
     b->requested = 0;
     b->gc_base = a->free_searches[b->small];
-    cci_tree_insert(&a->free_tree[b->small], b);
+    cci_free_set_insert(&a->free_set[b->small], b);
     if (b->prev || b->next) {
         stat_pool(a->st.inactive_split, b->small, 1);
         stat_pool(a->st.inactive_split_bytes, b->small, (int64_t)b->size);
@@ -667,7 +667,7 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
     }
     if (!c)
         return NULL;
-    cci_tree_remove(&a->free_tree[small], c);
+    cci_free_set_remove(&a->free_set[small], c);
     // What stays free once the caller hands `rounded` bytes of c out, when reserved set a peak.
     uint64_t now = (uint64_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     uint64_t active = (uint64_t)a->st.active_bytes[CCI_POOL_ALL].current + rounded;
@@ -683,8 +683,8 @@ cci_block *cci__exp_best_fit(cci_allocator *a, cci_block *b, int small, uint64_t
     // only when no plain block of enough size exists.
 #define WORTH(x) ((x)->size + ((x)->next && (x)->next->state == BLOCK_UNMAPPED ? (x)->next->size : 0))
     for (;;) {
-        cci_block *n = cci_tree_lower_bound(a->free_tree[small], stream, b->size, b->addr + 1);
-        if (!n || n->stream != stream || !b->seg->vmm || WORTH(n) >= WORTH(b))
+        cci_block *n = cci_free_set_lower_bound(&a->free_set[small], stream, b->size, b->addr + 1);
+        if (!n || !b->seg->vmm || WORTH(n) >= WORTH(b))
             return b;
         b = n;
     }
@@ -776,7 +776,7 @@ static void unreclaim(cci_allocator *a, cci_block *b)
 // later free merges into it) while the device catches up.
 static void start_reclaiming(cci_allocator *a, cci_block *b)
 {
-    cci_tree_remove(&a->free_tree[b->small], b);
+    cci_free_set_remove(&a->free_set[b->small], b);
     b->state = BLOCK_RECLAIMING;
 }
 

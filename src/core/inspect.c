@@ -20,8 +20,8 @@ static int max_free(cci_block *b, void *ud)
 size_t cci__largest_free(cci_allocator *a)
 {
     size_t m = 0;
-    cci_tree_walk(a->free_tree[0], max_free, &m);
-    cci_tree_walk(a->free_tree[1], max_free, &m);
+    cci_free_set_walk(&a->free_set[0], max_free, &m);
+    cci_free_set_walk(&a->free_set[1], max_free, &m);
     return m;
 }
 
@@ -173,7 +173,7 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
                 // address space only: in neither the free set nor the live map
             } else if (b->state == BLOCK_FREE) {
                 nfree[s->small]++;
-                if (cci_tree_lower_bound(a->free_tree[s->small], b->stream, b->size, b->addr) != b)
+                if (cci_free_set_lower_bound(&a->free_set[s->small], b->stream, b->size, b->addr) != b)
                     rc = fail(msg, len, "free block %#lx missing from its free set", (unsigned long)b->addr);
                 if (split_seg) {
                     split[p]++;
@@ -206,7 +206,7 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t len)
     }
     for (int small = 0; small < 2 && !rc; small++) {
         struct tree_count t = {0, small, 0, NULL};
-        cci_tree_walk(a->free_tree[small], count_tree, &t);
+        cci_free_set_walk(&a->free_set[small], count_tree, &t);
         if (t.bad || t.n != nfree[small])
             rc = fail(msg, len, "free set of the %s pool is inconsistent (%zu in set, %zu free blocks, code %d)",
                       small ? "small" : "large", t.n, nfree[small], t.bad);

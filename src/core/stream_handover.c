@@ -70,7 +70,7 @@ cci_block *cci__stream_handover(cci_allocator *a, size_t rounded, int small, uin
         return NULL;
     // Out of the free set under the old key, in under none: the caller hands it out, as
     // take_free_block's result. Its free neighbours are none (it spans the segment).
-    cci_tree_remove(&a->free_tree[small], b);
+    cci_free_set_remove(&a->free_set[small], b);
     s->stream = stream;
     b->stream = stream;
     a->stream_handovers++;
