@@ -265,6 +265,19 @@ static void small_pairs(int n)
     }
 }
 
+// One round's new owner: q (freed block p back or not) written with v on s, checked after a full
+// synchronisation, and freed.
+static void new_owner_round(verdict *r, void *p, uint32_t v, cudaStream_t s)
+{
+    void *q;
+    CK(cudaMalloc(&q, N_WORDS * 4));
+    r->reused += q == p;
+    new_write(q, v, s);
+    CK(cudaDeviceSynchronize());
+    r->corrupt += !intact(q, v);
+    CK(cudaFree(q));
+}
+
 // A destroyed stream's slow kernel still writes p while other blocks are freed; then p is freed
 // and its next owner writes on the legacy stream, which is not ordered after that kernel.
 static verdict destroyed_stream_busy(void)
@@ -272,19 +285,14 @@ static verdict destroyed_stream_busy(void)
     verdict r = {ROUNDS, 0, 0};
     for (int i = 0; i < ROUNDS; i++) {
         cudaStream_t a;
-        void *p, *q;
+        void *p;
         CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
         CK(cudaMalloc(&p, N_WORDS * 4));
         old_write(p, a);
         CK(cudaStreamDestroy(a));
         small_pairs(64);
         CK(cudaFree(p));
-        CK(cudaMalloc(&q, N_WORDS * 4));
-        r.reused += q == p;
-        new_write(q, 0x50000u + i, cudaStreamLegacy);
-        CK(cudaDeviceSynchronize());
-        r.corrupt += !intact(q, 0x50000u + i);
-        CK(cudaFree(q));
+        new_owner_round(&r, p, 0x50000u + i, cudaStreamLegacy);
     }
     return r;
 }
@@ -297,7 +305,7 @@ static verdict return_then_new_stream(void)
     verdict r = {ROUNDS, 0, 0};
     for (int i = 0; i < ROUNDS; i++) {
         cudaStream_t a, b;
-        void *p, *q;
+        void *p;
         CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
         CK(cudaStreamDestroy(a));
         small_pairs(64);
@@ -305,12 +313,7 @@ static verdict return_then_new_stream(void)
         old_write(p, cudaStreamLegacy);
         CK(cudaFree(p));
         CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-        CK(cudaMalloc(&q, N_WORDS * 4));
-        r.reused += q == p;
-        new_write(q, 0x60000u + i, b);
-        CK(cudaDeviceSynchronize());
-        r.corrupt += !intact(q, 0x60000u + i);
-        CK(cudaFree(q));
+        new_owner_round(&r, p, 0x60000u + i, b);
         CK(cudaStreamDestroy(b));
     }
     return r;
