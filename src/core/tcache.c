@@ -99,13 +99,15 @@ struct cci_tc {
                                             // net change since (so the check is one compare a kind)
     int64_t given[CCI_POOL_KINDS][NKIND];   // the credits as the last unlock set them
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
+    tc_event *log_at, *log_end;  // the log's next free record and its end: a record costs a store
+                                 // through one pointer and the room test one compare (log_count)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
     tc_event *spare;           // a log ready to replace a full one an observer keeps (NULL: none, so
                                // no observer may keep one: cci_batch_fn)
     const tc_event *told_log;  // the handed events the unlock tells: `handed`, or the log an
                                // observer kept at the stop (it never frees it while we run)
-    int nlog, nhanded, told;
-    int nlog_freed, nhanded_freed;  // of those records, frees (each stands for two events)
+    int nhanded, told;
+    int nlog_freed, nhanded_freed;  // of the records, frees (each stands for two events)
     uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
@@ -117,6 +119,17 @@ struct cci_tc {
     unsigned window, window_hits;  // allocations asked of the fast path in this window, and served
     int no_credit;             // its credits are all 0 (set aside and alone: hand_out_credits)
 };
+
+// The log empty (a new or swapped-in log, or one handed to the batch doors).
+static void log_restart(cci_tc *tc)
+{
+    tc->log_at = tc->log;
+    tc->log_end = tc->log + LOG_EVENTS;
+    tc->nlog_freed = 0;
+}
+
+// Records in the log.
+static int log_count(const cci_tc *tc) { return (int)(tc->log_at - tc->log); }
 
 struct tls_slot {
     cci_allocator *a;
@@ -199,7 +212,7 @@ static const size_t kind_stat_at[CCI_POOL_KINDS][NKIND][FAMILIES_PER_KIND] = {
 // `grow` and undoes its block's free's `split`. Kept as magnitudes, the sign in the code (FREEING,
 // ALLOCATING): no negation on either path.
 typedef struct {
-    int pool;  // CCI_POOL_SMALL or CCI_POOL_LARGE
+    size_t pool;  // CCI_POOL_SMALL or CCI_POOL_LARGE (unsigned: an index, no sign extension)
     kind_pair grow[SIGNED_PAIR];
     kind_pair split;
 } delta;
@@ -209,7 +222,7 @@ static inline int64_t oversize(const cci_allocator *a, size_t size) { return siz
 
 // pool_index for a block: `small` is 0 or 1 (cci_is_small), so a subtraction, not a test.
 _Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
-static inline int block_pool(const cci_block *b) { return CCI_POOL_LARGE - b->small; }
+static inline size_t block_pool(const cci_block *b) { return (size_t)CCI_POOL_LARGE - b->small; }
 
 // What handing out `b`, the top block of the magazine class m, for `requested` bytes changes.
 static inline __attribute__((always_inline)) void alloc_delta(const cci_block *b, const mag_class *m, int top,
@@ -421,6 +434,7 @@ static cci_tc *attach_cache(cci_allocator *a)
             cache_free(tc);
         return NULL;
     }
+    log_restart(tc);
     // The lock holder owns every cache it can see; a new one joins the list already stopped.
     atomic_store_explicit(&tc->gate, GATE_STOPPED, memory_order_relaxed);
     tc->a = a;
@@ -442,16 +456,16 @@ static cci_tc *attach_cache(cci_allocator *a)
 static void swap_logs(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-        if (!tc->nlog)
+        int n = log_count(tc);
+        if (!n)
             continue;
         tc_event *t = tc->handed;
         tc->handed = tc->log;
-        tc->nhanded = tc->nlog;
+        tc->nhanded = n;
         tc->nhanded_freed = tc->nlog_freed;
-        tc->nlog_freed = 0;
         tc->handed_order = tc->order;
         tc->log = t;
-        tc->nlog = 0;
+        log_restart(tc);
     }
 }
 
@@ -811,15 +825,15 @@ static inline __attribute__((always_inline)) void log_record(cci_tc *tc, uintptr
                                                              size_t requested, uint64_t stream)
 {
     uint64_t stamp = stamp_now(tc);
-    int n = tc->nlog;
-    tc->log[n] = (tc_event){addr, size, requested, stream, stamp};
-    tc->nlog = n + 1;
+    tc_event *e = tc->log_at;
+    *e = (tc_event){addr, size, requested, stream, stamp};
+    tc->log_at = e + 1;
 }
 
 // Whether the log has room for one more record (or nobody reads it).
 static inline int log_has_room(const cci_allocator *a, const cci_tc *tc)
 {
-    return !a->nobs || tc->nlog < LOG_EVENTS;
+    return !a->nobs || tc->log_at < tc->log_end;
 }
 
 // A full log emptied without a stop: where every observer of the fast paths' kinds has a batch
@@ -829,8 +843,8 @@ static int log_to_batch(cci_allocator *a, cci_tc *tc)
 {
     if (a->nobs_serial_fast)
         return 0;
-    tell_batch(a, tc, tc->order, &tc->log, tc->nlog, tc->nlog_freed);
-    tc->nlog = tc->nlog_freed = 0;
+    tell_batch(a, tc, tc->order, &tc->log, log_count(tc), tc->nlog_freed);
+    log_restart(tc);  // (an observer that kept the log left the spare in its place)
     return 1;
 }
 
@@ -1085,7 +1099,8 @@ void cci__tc_forget_all(cci_allocator *a)
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
         memset(tc->given, 0, sizeof tc->given);
-        tc->nlog = tc->nhanded = tc->told = tc->nlog_freed = tc->nhanded_freed = 0;
+        log_restart(tc);
+        tc->nhanded = tc->told = tc->nhanded_freed = 0;
     }
 }
 
