@@ -91,6 +91,8 @@ struct cci_tc {
                                // search look at those only (a scan of every class cost more than a
                                // hit's statistics); a free looks at every class (cache_block)
     cci_live_map table;        // the blocks this thread may free on its fast path, by address
+    cci_block *recent;         // the block last handed to this thread while it is in `table`, else
+                               // &no_block: a free of it (alloc-free pairs) skips the table's probe
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
                                             // pool: .inc kept by the fast paths, .cur worked out at
                                             // the stop (given - credit); [CCI_POOL_ALL] unused
@@ -130,6 +132,28 @@ static void log_restart(cci_tc *tc)
 
 // Records in the log.
 static int log_count(const cci_tc *tc) { return (int)(tc->log_at - tc->log); }
+
+// `recent` when it names no block of the table: its address is 0, which no free of a block asks
+// for (a block that compared equal would fail the state test anyway: it is never ALLOCATED).
+static cci_block no_block;
+
+// Whether the thread's cache may free `b` on its fast path from now on, and `b` its recent block.
+static void table_add(cci_tc *tc, cci_block *b)
+{
+    if (cci_live_add(&tc->table, b) == 0) {
+        b->owner = tc;
+        tc->recent = b;
+    }
+}
+
+// `b` leaves the cache's table (its free goes to the locked path, or it was drained).
+static void table_remove(cci_tc *tc, cci_block *b)
+{
+    cci_live_remove(&tc->table, b);
+    b->owner = NULL;
+    if (tc->recent == b)
+        tc->recent = &no_block;
+}
 
 struct tls_slot {
     cci_allocator *a;
@@ -435,6 +459,7 @@ static cci_tc *attach_cache(cci_allocator *a)
         return NULL;
     }
     log_restart(tc);
+    tc->recent = &no_block;
     // The lock holder owns every cache it can see; a new one joins the list already stopped.
     atomic_store_explicit(&tc->gate, GATE_STOPPED, memory_order_relaxed);
     tc->a = a;
@@ -584,8 +609,7 @@ static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
         cci_block *b = m->b[i];
         // Counted as freed when it entered the magazine (folded since), with the merges foreseen
         // then: the locked side counts the merges made now instead.
-        cci_live_remove(&tc->table, b);
-        b->owner = NULL;
+        table_remove(tc, b);
         b->state = BLOCK_ALLOCATED;
         cci__release_cached(a, b, (int)m->split[i][0], m->split[i][1]);
     }
@@ -907,6 +931,7 @@ static inline __attribute__((always_inline)) int alloc_in_gate(cci_allocator *a,
     spend(tc, &v, ALLOCATING, &after);
     __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
     b->requested = requested;
+    tc->recent = b;
     tc->dirty = 1;
     uintptr_t addr = b->addr;
     if (a->nobs)
@@ -1028,7 +1053,9 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
 static inline __attribute__((always_inline)) int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
                                                               uint64_t stream)
 {
-    cci_block *b = cci_live_find(&tc->table, ptr);
+    cci_block *b = tc->recent;
+    if (b->addr != ptr)
+        b = cci_live_find(&tc->table, ptr);
     if (!b || b->state != BLOCK_ALLOCATED || b->stream != stream)
         return CCI_ENOTOURS;
     if (!log_has_room(a, tc))
@@ -1077,23 +1104,22 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {
     cci_tc *tc = attach_cache(a);
-    if (tc && !tc->aside && cci_live_add(&tc->table, b) == 0)  // set aside: its free takes the lock anyway
-        b->owner = tc;
+    if (tc && !tc->aside)  // set aside: its free takes the lock anyway
+        table_add(tc, b);
 }
 
 void cci__tc_disown(cci_block *b)
 {
     cci_tc *tc = b->owner;
-    if (!tc)
-        return;
-    cci_live_remove(&tc->table, b);
-    b->owner = NULL;
+    if (tc)
+        table_remove(tc, b);
 }
 
 void cci__tc_forget_all(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         cci_live_clear(&tc->table);
+        tc->recent = &no_block;
         memset(tc->mag, 0, sizeof tc->mag);
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
