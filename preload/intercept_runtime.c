@@ -139,7 +139,7 @@ static int ask_stream_device(cudaStream_t s, int *device)
 
 // The device whose pool cudaMallocAsync draws from: the stream's (remembered per thread,
 // streams.h), or the current device's for a default stream. 0 or -1.
-static int stream_device(cudaStream_t s, int *device)
+static inline __attribute__((always_inline)) int stream_device(cudaStream_t s, int *device)
 {
     if (s == NULL || s == cci_cudaStreamLegacy || s == cci_cudaStreamPerThread)
         return (*device = current_device()) >= 0 ? 0 : -1;
@@ -217,7 +217,12 @@ cudaError_t cci_pl_free(void *p)
     return rc;
 }
 
-cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
+// The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
+// (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
+// from it (the real entry point, the name in a message) is kept in a register across the call
+// into the allocator (issue 15).
+static inline __attribute__((always_inline)) cudaError_t malloc_async(void **p, size_t size, cudaStream_t s,
+                                                                      int ptsz)
 {
     if (!runtime_level())
         return real_malloc_async(ptsz)(p, size, s);
@@ -238,7 +243,14 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
     return rc;
 }
 
-cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
+cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s) { return malloc_async(p, size, s, 0); }
+
+cudaError_t cci_pl_malloc_async_ptsz(void **p, size_t size, cudaStream_t s)
+{
+    return malloc_async(p, size, s, 1);
+}
+
+static inline __attribute__((always_inline)) cudaError_t free_async(void *p, cudaStream_t s, int ptsz)
 {
     if (!runtime_level())
         return real_free_async(ptsz)(p, s);
@@ -255,6 +267,10 @@ cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
     cci_pl_forwarding_end();
     return rc;
 }
+
+cudaError_t cci_pl_free_async(void *p, cudaStream_t s) { return free_async(p, s, 0); }
+
+cudaError_t cci_pl_free_async_ptsz(void *p, cudaStream_t s) { return free_async(p, s, 1); }
 
 cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
 {
