@@ -57,11 +57,12 @@ static inline kind_pair row_pair(const int64_t *row, int i)
 static inline void set_row_pair(int64_t *row, int i, kind_pair v) { memcpy(row + 2 * i, &v, sizeof v); }
 
 typedef struct {
-    uint64_t stream;
     size_t size;
     int n;
     int64_t oversize;  // 1 when `size` is at least max_split_size (the allocation's K_OVERSIZE)
     cci_block *b[MAG_DEPTH];
+    uint64_t stream;   // apart from `size`: stored side by side, the two became one vector store
+                       // built from two registers, dearer than two plain stores (issue 15)
     // What each block's free did to the inactive-split blocks and their bytes (split_on_free), as
     // a pair: its allocation undoes exactly that.
     int64_t split[MAG_DEPTH][2];
