@@ -20,24 +20,24 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
-    return cci_pl_cu_mem_alloc_async(dptr, size, s, 0);
+    return cci_pl_cu_mem_alloc_async(dptr, size, s);
 }
 
 // What the driver hands out for "cuMemAllocAsync" under the per-thread-default-stream flag: the
 // NULL stream is then the calling thread's own default stream.
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
 {
-    return cci_pl_cu_mem_alloc_async(dptr, size, s, 1);
+    return cci_pl_cu_mem_alloc_async_ptsz(dptr, size, s);
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-    return cci_pl_cu_mem_free_async(dptr, s, 0);
+    return cci_pl_cu_mem_free_async(dptr, s);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
-    return cci_pl_cu_mem_free_async(dptr, s, 1);
+    return cci_pl_cu_mem_free_async_ptsz(dptr, s);
 }
 
 CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)

@@ -20,24 +20,24 @@ cudaError_t cudaFree(void *devPtr)
 
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
-    return cci_pl_malloc_async(devPtr, size, stream, 0);
+    return cci_pl_malloc_async(devPtr, size, stream);
 }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
-    return cci_pl_free_async(devPtr, stream, 0);
+    return cci_pl_free_async(devPtr, stream);
 }
 
 // What code built with --default-stream per-thread calls: there stream 0 is the calling thread's
 // own default stream.
 cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
 {
-    return cci_pl_malloc_async(devPtr, size, stream, 1);
+    return cci_pl_malloc_async_ptsz(devPtr, size, stream);
 }
 
 cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
 {
-    return cci_pl_free_async(devPtr, stream, 1);
+    return cci_pl_free_async_ptsz(devPtr, stream);
 }
 
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total)

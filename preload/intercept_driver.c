@@ -147,7 +147,12 @@ CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
     return rc < 0 ? t->cuMemFree_v2(dptr) : rc;
 }
 
-CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s, int ptsz)
+// The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
+// (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
+// from it (the real entry point, the name in a message) is kept in a register across the call
+// into the allocator (issue 15).
+static inline __attribute__((always_inline)) CUresult mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                                                                      CUstream s, int ptsz)
 {
     const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdeviceptr *, size_t, CUstream) =
@@ -165,7 +170,17 @@ CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s, i
     return rc < 0 ? real(dptr, size, s) : rc;
 }
 
-CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
+CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return mem_alloc_async(dptr, size, s, 0);
+}
+
+CUresult cci_pl_cu_mem_alloc_async_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return mem_alloc_async(dptr, size, s, 1);
+}
+
+static inline __attribute__((always_inline)) CUresult mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
 {
     const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdeviceptr, CUstream) = ptsz ? t->cuMemFreeAsync_ptsz : t->cuMemFreeAsync;
@@ -179,6 +194,10 @@ CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
             cci_serve_stream_free_mode(stream_capturing(t, s, ptsz))));
     return rc < 0 ? real(dptr, s) : rc;
 }
+
+CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s) { return mem_free_async(dptr, s, 0); }
+
+CUresult cci_pl_cu_mem_free_async_ptsz(CUdeviceptr dptr, CUstream s) { return mem_free_async(dptr, s, 1); }
 
 CUresult cci_pl_cu_mem_get_info(size_t *free_b, size_t *total_b)
 {

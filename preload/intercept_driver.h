@@ -8,8 +8,10 @@
 
 CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size);
 CUresult cci_pl_cu_mem_free(CUdeviceptr dptr);
-CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s, int ptsz);
-CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz);
+CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s);
+CUresult cci_pl_cu_mem_alloc_async_ptsz(CUdeviceptr *dptr, size_t size, CUstream s);
+CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s);
+CUresult cci_pl_cu_mem_free_async_ptsz(CUdeviceptr dptr, CUstream s);
 CUresult cci_pl_cu_mem_get_info(size_t *free_b, size_t *total_b);
 CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
 CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr);

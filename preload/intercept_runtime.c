@@ -97,17 +97,24 @@ static int ask_current_device(int *device)
     return cci_real_rt()->cudaGetDevice(device) == cudaSuccess ? 0 : -1;
 }
 
-static inline int current_device(int *device)
+static __attribute__((noinline)) int current_device_asked(void)
 {
-    if (__builtin_expect(atomic_load_explicit(&one_device_known, memory_order_relaxed), 1)) {
-        *device = 0;
-        return 0;
-    }
-    if (ask_current_device(device) != 0)
+    int device;
+    if (ask_current_device(&device) != 0)
         return -1;
-    if (*device == 0 && driver_shows_one_device())
+    if (device == 0 && driver_shows_one_device())
         atomic_store_explicit(&one_device_known, 1, memory_order_relaxed);
-    return 0;
+    return device;
+}
+
+// The runtime's current device, or -1 when it cannot be told. Answered as a value, not through a
+// pointer: the device stays in a register on the fast path (a pointer passed on to the question
+// made it a stack slot, written and read back on every cudaMalloc).
+static inline int current_device(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&one_device_known, memory_order_relaxed), 1))
+        return 0;
+    return current_device_asked();
 }
 
 void cci_pl_runtime_atfork_child(void)
@@ -132,10 +139,10 @@ static int ask_stream_device(cudaStream_t s, int *device)
 
 // The device whose pool cudaMallocAsync draws from: the stream's (remembered per thread,
 // streams.h), or the current device's for a default stream. 0 or -1.
-static int stream_device(cudaStream_t s, int *device)
+static inline __attribute__((always_inline)) int stream_device(cudaStream_t s, int *device)
 {
     if (s == NULL || s == cci_cudaStreamLegacy || s == cci_cudaStreamPerThread)
-        return current_device(device);
+        return (*device = current_device()) >= 0 ? 0 : -1;
     return cci_stream_device_cached(s, device, ask_stream_device);
 }
 
@@ -181,17 +188,17 @@ cudaError_t cci_pl_malloc(void **p, size_t size)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaMalloc(p, size);
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
     // Size 0 and NULL out-pointers keep CUDA's exact answers.
-    if (p && size != 0 && !cci_serve_plain_alloc_passes() && current_device(&device) == 0) {
+    if (p && size != 0 && !cci_serve_plain_alloc_passes() && (device = current_device()) >= 0) {
         int served = cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, CCI_KEY_LEGACY, &addr);
         rc = runtime_answer(served, p, addr);
     }
     if (rc < 0)
         rc = cci_real_rt()->cudaMalloc(p, size);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
@@ -199,22 +206,27 @@ cudaError_t cci_pl_free(void *p)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaFree(p);
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     int rc = -1;
     if (p)
         rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
                                                       CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
     if (rc < 0)
         rc = cci_real_rt()->cudaFree(p);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
-cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
+// The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
+// (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
+// from it (the real entry point, the name in a message) is kept in a register across the call
+// into the allocator (issue 15).
+static inline __attribute__((always_inline)) cudaError_t malloc_async(void **p, size_t size, cudaStream_t s,
+                                                                      int ptsz)
 {
     if (!runtime_level())
         return real_malloc_async(ptsz)(p, size, s);
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     int rc = -1, device;
     uintptr_t addr;
     // On a capturing stream the real call records a MEM_ALLOC node (a cached pointer would be
@@ -227,15 +239,22 @@ cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz)
     }
     if (rc < 0)
         rc = real_malloc_async(ptsz)(p, size, s);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
-cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
+cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s) { return malloc_async(p, size, s, 0); }
+
+cudaError_t cci_pl_malloc_async_ptsz(void **p, size_t size, cudaStream_t s)
+{
+    return malloc_async(p, size, s, 1);
+}
+
+static inline __attribute__((always_inline)) cudaError_t free_async(void *p, cudaStream_t s, int ptsz)
 {
     if (!runtime_level())
         return real_free_async(ptsz)(p, s);
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     int rc = -1;
     if (p) {
         int capturing = cci_capture_maybe_active() && cci_stream_capturing(s, ptsz);
@@ -245,20 +264,24 @@ cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz)
     }
     if (rc < 0)
         rc = real_free_async(ptsz)(p, s);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
+
+cudaError_t cci_pl_free_async(void *p, cudaStream_t s) { return free_async(p, s, 0); }
+
+cudaError_t cci_pl_free_async_ptsz(void *p, cudaStream_t s) { return free_async(p, s, 1); }
 
 cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b)
 {
     if (!runtime_level())
         return cci_real_rt()->cudaMemGetInfo(free_b, total_b);
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     cudaError_t rc = rt->cudaMemGetInfo(free_b, total_b);
     if (rc == cudaSuccess)
         cci_serve_mem_get_info(free_b, total_b, runtime_device);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
@@ -267,14 +290,14 @@ cudaError_t cci_pl_device_reset(void)
     if (!runtime_level())
         return cci_real_rt()->cudaDeviceReset();
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     int device;
     // The reset frees every allocation of the device anyway: give our segments back while the
     // context still exists, so no allocator keeps addresses that are about to vanish.
     if (runtime_device(&device) == 0)
         cci_state_drop_device(device);
     cudaError_t rc = rt->cudaDeviceReset();
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
@@ -283,14 +306,14 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
     if (!runtime_level())
         return cci_real_rt()->cudaIpcGetMemHandle(h, p);
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     cudaError_t rc;
     if (h && p &&
         cci_serve_ipc_check(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p) != CCI_OK)
         rc = runtime_error(cudaErrorInvalidValue);
     else
         rc = rt->cudaIpcGetMemHandle(h, p);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
@@ -302,7 +325,7 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
 cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, int which)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     // Before the stream exists (stream_registry.h, the switch), and no return to ordered until
     // it is registered.
     unsigned kind = which == CCI_STREAM_CREATE_PLAIN ? 0 : flags;
@@ -317,29 +340,29 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
         cci_stream_registry_add(*s, device, kind);
     }
     cci_rule_stream_create_end(kind);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
 cudaError_t cci_pl_stream_destroy(cudaStream_t s)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     cci_stream_registry_remove(s, cci_cuda_fence_retire_stream);
     cudaError_t rc = rt->cudaStreamDestroy(s);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }
 
 cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     cci_rule_switch(CCI_RULE_PEER_ACCESS);
     cudaError_t rc = rt->cudaDeviceEnablePeerAccess(peer, flags);
     int dev;
     if (rc == cudaSuccess && rt->cudaGetDevice(&dev) == cudaSuccess)
         cci_serve_peer_enabled(dev, peer);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return rc;
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The runtime level: what the runtime hooks (hooks_runtime.c) do. `ptsz` = 1 for the
+// The runtime level: what the runtime hooks (hooks_runtime.c) do. The `_ptsz` functions serve the
 // per-thread-default-stream entry points.
 #ifndef CCI_PRELOAD_INTERCEPT_RUNTIME_H
 #define CCI_PRELOAD_INTERCEPT_RUNTIME_H
@@ -10,8 +10,10 @@
 
 cudaError_t cci_pl_malloc(void **p, size_t size);
 cudaError_t cci_pl_free(void *p);
-cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s, int ptsz);
-cudaError_t cci_pl_free_async(void *p, cudaStream_t s, int ptsz);
+cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s);
+cudaError_t cci_pl_malloc_async_ptsz(void **p, size_t size, cudaStream_t s);
+cudaError_t cci_pl_free_async(void *p, cudaStream_t s);
+cudaError_t cci_pl_free_async_ptsz(void *p, cudaStream_t s);
 cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b);
 cudaError_t cci_pl_device_reset(void);
 cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p);

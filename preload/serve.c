@@ -34,9 +34,9 @@ int cci__serve_alloc_failed(int level, int device, size_t size, int rc)
         return CCI_ENOTOURS;
     // The report asks the runtime for the device's free memory: that answer must be CUDA's, not
     // the driver wrapper's (which would add our cache).
-    int outer = cci_pl_forwarding_begin();
+    cci_pl_forwarding_begin();
     cci_pl_report_oom(device, size);
-    cci_pl_forwarding_end(outer);
+    cci_pl_forwarding_end();
     return CCI_EOOM;
 }
 

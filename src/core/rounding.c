@@ -8,14 +8,19 @@
 #define LARGE_SEGMENT ((size_t)20 << 20)    // 1–10 MiB requests share 20 MiB segments
 #define MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define LARGE_ROUND ((size_t)2 << 20)
+#define FIRST_INTERVAL_END ((size_t)2 << 20)  // roundup_divisions[0] covers the sizes below 2^21
 
 static unsigned log2_floor(size_t v) { return 63u - (unsigned)__builtin_clzll((unsigned long long)v); }
 static int is_pow2(size_t v) { return v && !(v & (v - 1)); }
 
+// The divisions of size's interval: [0, 2 MiB), then one per power of two (the last open-ended).
 static unsigned divisions_for(const cci_config *c, size_t size)
 {
-    unsigned lg = log2_floor(size);
-    unsigned idx = lg > 20 ? lg - 20 : 0;
+    // Every size under 2 MiB is in the first interval: no logarithm for them (every cached small
+    // allocation rounds here, issue 15).
+    if (size < FIRST_INTERVAL_END)
+        return c->roundup_divisions[0];
+    unsigned idx = log2_floor(size) - 20;  // 1 for [2 MiB, 4 MiB), ...
     if (idx >= CCI_ROUNDUP_INTERVALS)
         idx = CCI_ROUNDUP_INTERVALS - 1;
     return c->roundup_divisions[idx];

@@ -29,19 +29,46 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 // figure together with the `all` one. Shards and credits are kept per kind (and per pool).
 // The kinds before K_SPLIT move with the operation (up on an allocation, down on a free); the
 // inactive-split ones either way (split_on_free). Knowing the sign spares the fast paths a test
-// per kind (delta_covered, delta_apply).
+// per kind (covered, spend).
 enum { K_COUNT, K_BYTES, K_REQUESTED, K_OVERSIZE, K_SPLIT, K_SPLIT_BYTES, NKIND };
 #define K_SIGNED K_SPLIT  // the kinds [0, K_SIGNED) have the operation's sign
 #define FAMILIES_PER_KIND 2
 
+// The fast paths handle the kinds two at a time, (count, bytes), (requested, oversize), (split,
+// split bytes): a pair is one SSE2 (or NEON) register, so checking and spending the twelve credits
+// of a change (its pool's six and `all`'s) takes six vector subtractions, one sign test and six
+// stores, where it had taken twelve compares and twelve updates (issue 15: the credits were a
+// quarter of a cached pair's instructions in the core). The split kinds, which move either way,
+// are the last pair (K_SIGNED).
+typedef int64_t kind_pair __attribute__((vector_size(2 * sizeof(int64_t))));
+#define NPAIRS (NKIND / 2)
+#define SIGNED_PAIR (K_SIGNED / 2)
+_Static_assert(NKIND % 2 == 0 && K_SIGNED % 2 == 0, "the kinds pair up, the split kinds last");
+
+// A row of six figures (a credit row, a shard's increases) as pairs. Through memcpy: the rows are
+// also read as int64_t arrays (the unlock's loops), and a copy is a plain vector load or store.
+static inline kind_pair row_pair(const int64_t *row, int i)
+{
+    kind_pair v;
+    memcpy(&v, row + 2 * i, sizeof v);
+    return v;
+}
+
+static inline void set_row_pair(int64_t *row, int i, kind_pair v) { memcpy(row + 2 * i, &v, sizeof v); }
+
 typedef struct {
-    uint64_t stream;
     size_t size;
     int n;
+    int64_t oversize;  // 1 when `size` is at least max_split_size (the allocation's K_OVERSIZE)
     cci_block *b[MAG_DEPTH];
-    int8_t split[MAG_DEPTH];        // what each block's free did to the inactive-split blocks
-    int64_t split_bytes[MAG_DEPTH];  // ... and to their bytes (split_on_free)
+    uint64_t stream;   // apart from `size`: stored side by side, the two became one vector store
+                       // built from two registers, dearer than two plain stores (issue 15)
+    // What each block's free did to the inactive-split blocks and their bytes (split_on_free), as
+    // a pair: its allocation undoes exactly that.
+    int64_t split[MAG_DEPTH][2];
 } mag_class;
+// 128 bytes: a class is found by a shift, not a multiplication (every fast path indexes one).
+_Static_assert(sizeof(mag_class) == 128 || sizeof(void *) != 8, "a magazine class is 128 bytes");
 
 typedef cci_fast_event tc_event;
 
@@ -65,6 +92,8 @@ struct cci_tc {
                                // search look at those only (a scan of every class cost more than a
                                // hit's statistics); a free looks at every class (cache_block)
     cci_live_map table;        // the blocks this thread may free on its fast path, by address
+    cci_block *recent;         // the block last handed to this thread while it is in `table`, else
+                               // &no_block: a free of it (alloc-free pairs) skips the table's probe
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
                                             // pool: .inc kept by the fast paths, .cur worked out at
                                             // the stop (given - credit); [CCI_POOL_ALL] unused
@@ -73,13 +102,15 @@ struct cci_tc {
                                             // net change since (so the check is one compare a kind)
     int64_t given[CCI_POOL_KINDS][NKIND];   // the credits as the last unlock set them
     tc_event *log;             // the events of the fast paths since the last stop (LOG_EVENTS)
+    tc_event *log_at, *log_end;  // the log's next free record and its end: a record costs a store
+                                 // through one pointer and the room test one compare (log_count)
     tc_event *handed;          // the previous log, swapped out at a stop, told at its unlock
     tc_event *spare;           // a log ready to replace a full one an observer keeps (NULL: none, so
                                // no observer may keep one: cci_batch_fn)
     const tc_event *told_log;  // the handed events the unlock tells: `handed`, or the log an
                                // observer kept at the stop (it never frees it while we run)
-    int nlog, nhanded, told;
-    int nlog_freed, nhanded_freed;  // of those records, frees (each stands for two events)
+    int nhanded, told;
+    int nlog_freed, nhanded_freed;  // of the records, frees (each stands for two events)
     uint64_t handed_order;     // the `order` of the handed log's events
     int dirty;                 // a fast path ran since the last stop: shard or magazines not empty
     int alone;                 // the allocator's only cache (set under the lock: see stamp_now)
@@ -91,6 +122,39 @@ struct cci_tc {
     unsigned window, window_hits;  // allocations asked of the fast path in this window, and served
     int no_credit;             // its credits are all 0 (set aside and alone: hand_out_credits)
 };
+
+// The log empty (a new or swapped-in log, or one handed to the batch doors).
+static void log_restart(cci_tc *tc)
+{
+    tc->log_at = tc->log;
+    tc->log_end = tc->log + LOG_EVENTS;
+    tc->nlog_freed = 0;
+}
+
+// Records in the log.
+static int log_count(const cci_tc *tc) { return (int)(tc->log_at - tc->log); }
+
+// `recent` when it names no block of the table: its address is 0, which no free of a block asks
+// for (a block that compared equal would fail the state test anyway: it is never ALLOCATED).
+static cci_block no_block;
+
+// Whether the thread's cache may free `b` on its fast path from now on, and `b` its recent block.
+static void table_add(cci_tc *tc, cci_block *b)
+{
+    if (cci_live_add(&tc->table, b) == 0) {
+        b->owner = tc;
+        tc->recent = b;
+    }
+}
+
+// `b` leaves the cache's table (its free goes to the locked path, or it was drained).
+static void table_remove(cci_tc *tc, cci_block *b)
+{
+    cci_live_remove(&tc->table, b);
+    b->owner = NULL;
+    if (tc->recent == b)
+        tc->recent = &no_block;
+}
 
 struct tls_slot {
     cci_allocator *a;
@@ -167,92 +231,142 @@ static const size_t kind_stat_at[CCI_POOL_KINDS][NKIND][FAMILIES_PER_KIND] = {
     [CCI_POOL_LARGE] = KIND_STATS(CCI_POOL_LARGE),
 };
 
+// What a fast path changes, by kind, in its block's pool and the same in `all`. A free lowers the
+// signed kinds by `grow` ((count, bytes), (requested, oversize)) and changes the inactive-split
+// figures by `split` (split_on_free); an allocation from a magazine raises the signed kinds by
+// `grow` and undoes its block's free's `split`. Kept as magnitudes, the sign in the code (FREEING,
+// ALLOCATING): no negation on either path.
 typedef struct {
-    int pool;  // CCI_POOL_SMALL or CCI_POOL_LARGE
-    int64_t d[NKIND];
+    size_t pool;  // CCI_POOL_SMALL or CCI_POOL_LARGE (unsigned: an index, no sign extension)
+    kind_pair grow[SIGNED_PAIR];
+    kind_pair split;
 } delta;
+enum { FREEING = 0, ALLOCATING = 1 };
 
-// What handing out `b` (sign +1, for `requested` bytes) or taking it back (sign -1) changes; the
-// inactive split blocks change by `split` and `split_bytes` (split_on_free).
-static void delta_of(const cci_allocator *a, const cci_block *b, size_t requested, int sign, int split,
-                     int64_t split_bytes, delta *v)
+static inline int64_t oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
+
+// pool_index for a block: `small` is 0 or 1 (cci_is_small), so a subtraction, not a test.
+_Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
+static inline size_t block_pool(const cci_block *b) { return (size_t)CCI_POOL_LARGE - b->small; }
+
+// What handing out `b`, the top block of the magazine class m, for `requested` bytes changes.
+static inline __attribute__((always_inline)) void alloc_delta(const cci_block *b, const mag_class *m, int top,
+                                                              size_t requested, delta *v)
 {
-    v->pool = pool_index(b->small);
-    v->d[K_COUNT] = sign;
-    v->d[K_BYTES] = (int64_t)b->size * sign;
-    v->d[K_REQUESTED] = (int64_t)requested * sign;
-    v->d[K_SPLIT] = split;
-    v->d[K_SPLIT_BYTES] = split_bytes;
-    v->d[K_OVERSIZE] = b->size >= a->cfg.max_split_size ? sign : 0;
+    v->pool = block_pool(b);
+    v->grow[0] = (kind_pair){1, (int64_t)m->size};
+    v->grow[1] = (kind_pair){(int64_t)requested, m->oversize};
+    v->split = row_pair(m->split[top], 0);
 }
 
-// What freeing `b` does to the inactive split blocks, as the locked path counts it after merging
-// b with its free neighbours (a cached neighbour is free for the program: it merges at the next
-// stop). The merged block is inactive split unless it spans its whole segment; the free
-// neighbours it absorbed were. Neighbour states change only under the lock, or between ALLOCATED
-// and CACHED in their own thread's fast path: hence the relaxed atomic reads; their links change
-// only under the lock.
-static int is_free_for_program(const cci_block *n)
+// What freeing `b` changes, the inactive split blocks by `split` (split_on_free).
+static inline __attribute__((always_inline)) void free_delta(const cci_allocator *a, const cci_block *b,
+                                                             kind_pair split, delta *v)
 {
-    int st = __atomic_load_n(&n->state, __ATOMIC_RELAXED);
+    v->pool = block_pool(b);
+    v->grow[0] = (kind_pair){1, (int64_t)b->size};
+    v->grow[1] = (kind_pair){(int64_t)b->requested, oversize(a, b->size)};
+    v->split = split;
+}
+
+// What freeing `b` does to the inactive split blocks and their bytes, as the locked path counts it
+// after merging b with its free neighbours (a cached neighbour is free for the program: it merges
+// at the next stop). The merged block is inactive split unless it spans its whole segment; the
+// free neighbours it absorbed were. Neighbour states change only under the lock, or between
+// ALLOCATED and CACHED in their own thread's fast path: hence the relaxed atomic reads; their
+// links change only under the lock.
+static inline int is_free_for_program(const cci_block *n)
+{
+    unsigned st = __atomic_load_n(&n->state, __ATOMIC_RELAXED);
     return st == BLOCK_FREE || st == BLOCK_CACHED;
 }
 
-static inline __attribute__((always_inline)) void split_on_free(const cci_block *b, int *count, int64_t *bytes)
+static inline __attribute__((always_inline)) kind_pair split_on_free(const cci_block *b)
 {
-    *count = 0;
-    *bytes = 0;
-    if (!b->prev && !b->next)
-        return;
-    const cci_block *p = b->prev && is_free_for_program(b->prev) ? b->prev : NULL;
-    const cci_block *n = b->next && is_free_for_program(b->next) ? b->next : NULL;
-    int64_t absorbed = (p ? (int64_t)p->size : 0) + (n ? (int64_t)n->size : 0);
-    int whole = (p ? !p->prev : !b->prev) && (n ? !n->next : !b->next);
-    *count = (whole ? 0 : 1) - (p != NULL) - (n != NULL);
-    *bytes = whole ? -absorbed : (int64_t)b->size;  // the merged block minus the neighbours it took in
+    const cci_block *prev = b->prev, *next = b->next;
+    int prev_free = prev && is_free_for_program(prev);
+    int next_free = next && is_free_for_program(next);
+    // The merged block's ends: a block alone in its segment (no neighbours) is whole by itself.
+    const cci_block *first = prev_free ? prev : b, *last = next_free ? next : b;
+    int whole = !first->prev && !last->next;
+    int64_t absorbed = (prev_free ? (int64_t)prev->size : 0) + (next_free ? (int64_t)next->size : 0);
+    int64_t count = !whole - prev_free - next_free;
+    int64_t bytes = whole ? -absorbed : (int64_t)b->size;  // the merged block minus the neighbours it took in
+    return (kind_pair){count, bytes};
+}
+
+// The thread's credits of v's pool and of `all` as they would be once v is spent from them (a
+// figure v lowers earns its credit back).
+typedef struct {
+    kind_pair pool[NPAIRS], all[NPAIRS];
+} credits;
+
+// One pair of credits once the change `by` is spent (raise: 1) or earned back (0).
+static inline kind_pair credit_after(const int64_t *row, int i, kind_pair by, int raise)
+{
+    return raise ? row_pair(row, i) - by : row_pair(row, i) + by;
 }
 
 // Whether the thread's credits cover v: every figure stays, with what the fast paths changed since
-// the last stop, within its pool's credit and the `all` one. A figure that v does not raise passes
-// by itself (the net change never exceeds the credit: only a covered increase raises it), so only
-// the kinds from `first` on are looked at: all of them for an allocation, the inactive-split ones
-// for a free (K_SIGNED). Branch-free: most kinds pass, and a mispredicted branch per kind cost
-// more than the comparisons.
-static inline __attribute__((always_inline)) int delta_covered(const cci_tc *tc, const delta *v, int first)
+// the last stop, within its pool's credit and the `all` one; `after` gets the credits once v is
+// spent. A credit is never below 0 (only a covered increase spends one), so a figure is covered
+// exactly when its credit would not go below 0: one sign test for all. A free raises only the
+// inactive-split figures, so only those are tested for it (the others only earn). Branch-free:
+// most kinds pass, and a mispredicted branch per kind cost more than the arithmetic.
+static inline __attribute__((always_inline)) int covered(const cci_tc *tc, const delta *v, int allocation,
+                                                         credits *after)
 {
     const int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
-    int over = 0;
-#pragma GCC unroll 6  // in full: six kinds, each a few instructions (the loop's own cost as much)
-    for (int k = first; k < NKIND; k++)
-        over |= (v->d[k] > credit[k]) | (v->d[k] > credit_all[k]);
-    return !over;
+    kind_pair below = {0, 0};
+#pragma GCC unroll 2
+    for (int i = 0; i < SIGNED_PAIR; i++) {
+        after->pool[i] = credit_after(credit, i, v->grow[i], allocation);
+        after->all[i] = credit_after(credit_all, i, v->grow[i], allocation);
+        if (allocation)
+            below |= after->pool[i] | after->all[i];
+    }
+    after->pool[SIGNED_PAIR] = credit_after(credit, SIGNED_PAIR, v->split, !allocation);
+    after->all[SIGNED_PAIR] = credit_after(credit_all, SIGNED_PAIR, v->split, !allocation);
+    below |= after->pool[SIGNED_PAIR] | after->all[SIGNED_PAIR];
+    return (below[0] | below[1]) >= 0;
 }
 
-// A fast path's change: spent from (or, lowering a figure, earned back into) the credits of its pool
-// and of both, and added to the pool's running total of increases (an allocation's signed kinds;
-// the split kinds' when they rise). The net change is what the credits moved (fold_cache).
-static inline __attribute__((always_inline)) void delta_apply(cci_tc *tc, const delta *v, int allocation)
+// A covered change made: the credits as `covered` worked them out, and the pool's running totals
+// of increases (an allocation's signed kinds; the split kinds' when they rise). The net change is
+// what the credits moved (fold_cache).
+static inline __attribute__((always_inline)) void spend(cci_tc *tc, const delta *v, int allocation,
+                                                        const credits *after)
 {
-    shard_pool *sh = &tc->shard[v->pool];
     int64_t *credit = tc->credit[v->pool], *credit_all = tc->credit[CCI_POOL_ALL];
-#pragma GCC unroll 6
-    for (int k = 0; k < NKIND; k++) {
-        int64_t d = v->d[k];
-        credit[k] -= d;
-        credit_all[k] -= d;
-        if (k >= K_SIGNED)
-            sh->inc[k] += d > 0 ? d : 0;
-        else if (allocation)
-            sh->inc[k] += d;
+    int64_t *inc = tc->shard[v->pool].inc;
+#pragma GCC unroll 3
+    for (int i = 0; i < NPAIRS; i++) {
+        set_row_pair(credit, i, after->pool[i]);
+        set_row_pair(credit_all, i, after->all[i]);
     }
+    if (allocation)
+#pragma GCC unroll 2
+        for (int i = 0; i < SIGNED_PAIR; i++)
+            set_row_pair(inc, i, row_pair(inc, i) + v->grow[i]);
+    kind_pair split = allocation ? -v->split : v->split;
+    set_row_pair(inc, SIGNED_PAIR, row_pair(inc, SIGNED_PAIR) + (split & ~(split >> 63)));  // its rises
 }
 
 // ---- thread slots and the registry -------------------------------------------------------------
 
-static cci_tc *my_cache(const cci_allocator *a)
+static inline int slot_names(const struct tls_slot *s, const cci_allocator *a)
 {
-    for (int i = 0; i < TLS_SLOTS; i++)
-        if (slots[i].a == a && slots[i].uid == a->uid)
+    return s->a == a && s->uid == a->uid;
+}
+
+// The calling thread's cache of `a`, or NULL. Slot 0 is asked on its own first: a thread that
+// reaches one allocator (one device) finds it there without a loop, on every fast path.
+static inline cci_tc *my_cache(const cci_allocator *a)
+{
+    if (__builtin_expect(slot_names(&slots[0], a), 1))
+        return slots[0].tc;
+    for (int i = 1; i < TLS_SLOTS; i++)
+        if (slot_names(&slots[i], a))
             return slots[i].tc;
     return NULL;
 }
@@ -345,6 +459,8 @@ static cci_tc *attach_cache(cci_allocator *a)
             cache_free(tc);
         return NULL;
     }
+    log_restart(tc);
+    tc->recent = &no_block;
     // The lock holder owns every cache it can see; a new one joins the list already stopped.
     atomic_store_explicit(&tc->gate, GATE_STOPPED, memory_order_relaxed);
     tc->a = a;
@@ -366,16 +482,16 @@ static cci_tc *attach_cache(cci_allocator *a)
 static void swap_logs(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-        if (!tc->nlog)
+        int n = log_count(tc);
+        if (!n)
             continue;
         tc_event *t = tc->handed;
         tc->handed = tc->log;
-        tc->nhanded = tc->nlog;
+        tc->nhanded = n;
         tc->nhanded_freed = tc->nlog_freed;
-        tc->nlog_freed = 0;
         tc->handed_order = tc->order;
         tc->log = t;
-        tc->nlog = 0;
+        log_restart(tc);
     }
 }
 
@@ -494,10 +610,9 @@ static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
         cci_block *b = m->b[i];
         // Counted as freed when it entered the magazine (folded since), with the merges foreseen
         // then: the locked side counts the merges made now instead.
-        cci_live_remove(&tc->table, b);
-        b->owner = NULL;
+        table_remove(tc, b);
         b->state = BLOCK_ALLOCATED;
-        cci__release_cached(a, b, m->split[i], m->split_bytes[i]);
+        cci__release_cached(a, b, (int)m->split[i][0], m->split[i][1]);
     }
     size_t n = (size_t)m->n;
     m->n = 0;
@@ -686,6 +801,14 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 }
 
 // ---- the fast paths ---------------------------------------------------------------------------
+//
+// Each fast path comes in two versions. The general one (alloc_general, free_general) does
+// everything: it waits out a stop at the gate, hands a full log to the batch doors or flushes it
+// (a stop that moves no block) to try once more. The usual call finds the gate open and room in
+// the log: cci__tc_alloc and cci__tc_free serve it inline and hand anything else to the general
+// version from its start, so they hold no call but those tail calls (issue 15: the retry inlined
+// in them had made each save six registers, ~45 instructions a pair in prologues). Both run the
+// same steps (alloc_in_gate, free_in_gate), so both decide the same.
 
 // How long a fast path waits for a stop to end before it takes the locked path instead. A stop
 // that only folds statistics and swaps logs lasts a few microseconds; one that runs the policy
@@ -695,65 +818,63 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 // path in turn, and the stops never ended while more than one thread ran.
 #define STOP_WAIT_SPINS 4096
 
-// The calling thread's cache `tc` (my_cache) taken for a fast path: tc, or NULL (none, or a stop
-// that lasted too long).
-static inline __attribute__((always_inline)) cci_tc *enter(cci_tc *tc)
+// The gate taken at the first try: 1, or 0 while a stop holds it.
+static inline int enter_at_once(cci_tc *tc)
 {
-    if (!tc)
-        return NULL;
+    int open = GATE_OPEN;
+    return atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
+// The gate taken, waiting for a stop to end: 1, or 0 when the stop lasted too long.
+static int enter(cci_tc *tc)
+{
     for (int spins = 0;; spins++) {
-        int open = GATE_OPEN;
-        if (atomic_compare_exchange_weak_explicit(&tc->gate, &open, GATE_OWNER, memory_order_acquire,
-                                                  memory_order_relaxed))
-            return tc;
+        if (enter_at_once(tc))
+            return 1;
         if (spins >= STOP_WAIT_SPINS)
-            return NULL;
+            return 0;
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
     }
 }
 
-static void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
+static inline void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-// The fields are read into locals first: a store into the log may alias `b` or `tc` for the
-// compiler, which then reloaded each field between the stores (every served allocation and free
-// logs, issue 15: the observers' events are the hook path's largest cost over the core alone).
-static inline __attribute__((always_inline)) void log_alloc(cci_tc *tc, uint64_t stamp, const cci_block *b,
-                                                            size_t requested)
+// One record into the log, its fields passed as values: read from `b` or `tc` around the stores
+// into the log (which may alias them for the compiler), they were reloaded between the stores
+// (every served allocation and free logs, issue 15: the observers' events are the hook path's
+// largest cost over the core alone).
+static inline __attribute__((always_inline)) void log_record(cci_tc *tc, uintptr_t addr, size_t size,
+                                                             size_t requested, uint64_t stream)
 {
-    int n = tc->nlog;
-    uint64_t stream = b->stream;
-    uintptr_t addr = b->addr;
-    size_t size = b->size;
-    tc->log[n] = (tc_event){addr, size, requested, stream, stamp};
-    tc->nlog = n + 1;
+    uint64_t stamp = stamp_now(tc);
+    tc_event *e = tc->log_at;
+    *e = (tc_event){addr, size, requested, stream, stamp};
+    tc->log_at = e + 1;
 }
 
-// A free reusable at once: one record for its request and its completion (cci_fast_event), the
-// allocation's record with CCI_FAST_FREED where the requested size would be.
-static inline __attribute__((always_inline)) void log_free_now(cci_tc *tc, uint64_t stamp, const cci_block *b)
+// Whether the log has room for one more record (or nobody reads it).
+static inline int log_has_room(const cci_allocator *a, const cci_tc *tc)
 {
-    log_alloc(tc, stamp, b, CCI_FAST_FREED);
-    tc->nlog_freed++;
+    return !a->nobs || tc->log_at < tc->log_end;
 }
 
-// Room for one more record in the log: 1, or 0 when only a stop can make it (LOG_FULL). Where
-// every observer of the fast paths' kinds has a batch door, the full log goes to them from here
-// (inside the gate: a stop waits for it, so batches and stops keep their order) and no stop is
-// needed.
-static inline int log_room(cci_allocator *a, cci_tc *tc)
+// A full log emptied without a stop: where every observer of the fast paths' kinds has a batch
+// door, it goes to them from here (inside the gate: a stop waits for it, so batches and stops keep
+// their order). 1 when it did; 0 when only a stop can empty it.
+static int log_to_batch(cci_allocator *a, cci_tc *tc)
 {
-    if (!a->nobs || tc->nlog < LOG_EVENTS)
-        return 1;
     if (a->nobs_serial_fast)
         return 0;
-    tell_batch(a, tc, tc->order, &tc->log, tc->nlog, tc->nlog_freed);
-    tc->nlog = tc->nlog_freed = 0;
+    tell_batch(a, tc, tc->order, &tc->log, log_count(tc), tc->nlog_freed);
+    log_restart(tc);  // (an observer that kept the log left the spare in its place)
     return 1;
 }
 
-// A fast path's answer when only a full log stopped it: flush, then try once more.
+// A fast path's answer when only a full log stopped it (log_to_batch could not empty it): flush,
+// then try once more.
 #define LOG_FULL 1
 // A fast path's answer when no magazine held the size on the stream (the caches' miss).
 #define MAG_MISS 2
@@ -771,98 +892,57 @@ static inline int log_room(cci_allocator *a, cci_tc *tc)
 #define ASIDE_MIN_HITS (ASIDE_WINDOW / 8)
 #define ASIDE_OPS 4096
 
-static inline __attribute__((always_inline)) int try_alloc(cci_allocator *a, cci_tc *mine, size_t rounded,
-                                                           size_t requested, uint64_t stream, uintptr_t *out)
+// The filled magazine class of `rounded` bytes on `stream` (its index in *c), or NULL.
+static inline __attribute__((always_inline)) mag_class *class_holding(cci_tc *tc, size_t rounded,
+                                                                      uint64_t stream, unsigned *c)
 {
-    cci_tc *tc = enter(mine);
-    if (!tc)
-        return CCI_ENOTOURS;
-    int rc = MAG_MISS;
-    FOR_EACH_CLASS(c, tc->filled) {
-        mag_class *m = &tc->mag[c];
-        if (m->size != rounded || m->stream != stream)
-            continue;
-        cci_block *b = m->b[m->n - 1];
-        delta v;
-        delta_of(a, b, requested, +1, -m->split[m->n - 1], -m->split_bytes[m->n - 1], &v);
-        if (!delta_covered(tc, &v, 0)) {
-            rc = CCI_ENOTOURS;  // a hit the credits could not cover
-            break;
+    FOR_EACH_CLASS(i, tc->filled) {
+        mag_class *m = &tc->mag[i];
+        if (m->size == rounded && m->stream == stream) {
+            *c = i;
+            return m;
         }
-        if (!log_room(a, tc)) {
-            rc = LOG_FULL;
-            break;
-        }
-        if (--m->n == 0)
-            tc->filled &= ~(1u << c);
-        delta_apply(tc, &v, 1);
-        __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
-        b->requested = requested;
-        tc->dirty = 1;
-        if (a->nobs)
-            log_alloc(tc, stamp_now(tc), b, requested);
-        *out = b->addr;
-        rc = CCI_OK;
-        break;
     }
-    leave(tc);
-    return rc;
+    return NULL;
 }
 
-// Puts b, freed on its own stream, into a magazine of the thread, if one has room and the change
-// is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
-static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
+// Inside the gate: the last block freed into the class of `rounded` on `stream`, handed out if
+// the credits cover it. CCI_OK, MAG_MISS, CCI_ENOTOURS (a hit the credits could not cover) or
+// LOG_FULL.
+static inline __attribute__((always_inline)) int alloc_in_gate(cci_allocator *a, cci_tc *tc, size_t rounded,
+                                                               size_t requested, uint64_t stream,
+                                                               uintptr_t *out)
 {
-    // The first class of b's size and stream with room, else the first empty one. Every class:
-    // an empty one keeps its size and stream, and is taken first by a block of them, which
-    // decides the order the blocks are drained in, and so the inactive-split running totals.
-    int at = -1;
-    for (int c = 0; c < MAG_CLASSES && at < 0; c++)
-        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == b->size && tc->mag[c].stream == stream)
-            at = c;
-    unsigned empty = ~tc->filled & ALL_CLASSES;
-    if (at < 0 && empty)
-        at = __builtin_ctz(empty);
-    if (at < 0)
-        return CCI_ENOTOURS;
-    mag_class *m = &tc->mag[at];
+    unsigned c;
+    mag_class *m = class_holding(tc, rounded, stream, &c);
+    if (!m)
+        return MAG_MISS;
+    int top = m->n - 1;
+    cci_block *b = m->b[top];
     delta v;
-    int split;
-    int64_t split_bytes;
-    split_on_free(b, &split, &split_bytes);
-    delta_of(a, b, b->requested, -1, split, split_bytes, &v);
-    if (!delta_covered(tc, &v, K_SIGNED))  // a free raises only the inactive-split figures
+    credits after;
+    alloc_delta(b, m, top, requested, &v);
+    if (!covered(tc, &v, ALLOCATING, &after))
         return CCI_ENOTOURS;
-    m->size = b->size;
-    m->stream = stream;
-    m->split[m->n] = (int8_t)split;
-    m->split_bytes[m->n] = split_bytes;
-    m->b[m->n++] = b;
-    tc->filled |= 1u << at;
-    delta_apply(tc, &v, 0);
-    __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+    if (!log_has_room(a, tc))
+        return LOG_FULL;
+    m->n = top;
+    if (top == 0)
+        tc->filled &= ~(1u << c);
+    spend(tc, &v, ALLOCATING, &after);
+    __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
+    b->requested = requested;
+    tc->recent = b;
     tc->dirty = 1;
+    uintptr_t addr = b->addr;
     if (a->nobs)
-        log_free_now(tc, stamp_now(tc), b);
+        log_record(tc, addr, rounded, requested, stream);  // the class's size and stream are b's
+    *out = addr;
     return CCI_OK;
 }
 
-static inline __attribute__((always_inline)) int try_free(cci_allocator *a, cci_tc *mine, uintptr_t ptr,
-                                                          uint64_t stream)
-{
-    cci_tc *tc = enter(mine);
-    if (!tc)
-        return CCI_ENOTOURS;
-    cci_block *b = cci_live_find(&tc->table, ptr);
-    int rc = !b || b->state != BLOCK_ALLOCATED || b->stream != stream ? CCI_ENOTOURS  // the locked path answers
-             : !log_room(a, tc)                                        ? LOG_FULL
-                                                                      : cache_block(a, tc, b, stream);
-    leave(tc);
-    return rc;
-}
-
 // The owner's count of what its magazines served; sets the cache aside after a poor window.
-static void count_window(cci_tc *tc, int served)
+static inline void count_window(cci_tc *tc, int served)
 {
     tc->window_hits += served;
     if (++tc->window < ASIDE_WINDOW)
@@ -872,29 +952,132 @@ static void count_window(cci_tc *tc, int served)
     tc->window = tc->window_hits = 0;
 }
 
-// `aside` and the window are the owner's own fields: read and written without the gate.
-int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
+// An allocation's answer from alloc_in_gate's; a hit or a miss counts in the window.
+static inline int alloc_answer(cci_tc *tc, int rc)
 {
-    cci_tc *tc = my_cache(a);
-    if (__builtin_expect(tc && tc->aside, 0)) {
-        tc->aside--;
+    if (rc == CCI_OK || rc == MAG_MISS)
+        count_window(tc, rc == CCI_OK);
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
+static int try_alloc(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requested, uint64_t stream,
+                     uintptr_t *out)
+{
+    if (!enter(tc))
         return CCI_ENOTOURS;
-    }
+    int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
+    if (rc == LOG_FULL && log_to_batch(a, tc))
+        rc = alloc_in_gate(a, tc, rounded, requested, stream, out);  // the same choice, with room now
+    leave(tc);
+    return rc;
+}
+
+static __attribute__((noinline, cold)) int alloc_general(cci_allocator *a, cci_tc *tc, size_t rounded,
+                                                         size_t requested, uint64_t stream, uintptr_t *out)
+{
     int rc = try_alloc(a, tc, rounded, requested, stream, out);
     if (rc == LOG_FULL) {
         cci_allocator_flush_events(a);  // a stop that moves no block
         rc = try_alloc(a, tc, rounded, requested, stream, out);
     }
-    if (rc == CCI_OK || rc == MAG_MISS)
-        count_window(tc, rc == CCI_OK);  // (both come only from a cache)
-    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+    return alloc_answer(tc, rc);
 }
 
-int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+// `aside` and the window are the owner's own fields: read and written without the gate.
+int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
     cci_tc *tc = my_cache(a);
-    if (__builtin_expect(tc && tc->aside, 0))
-        return CCI_ENOTOURS;  // straight into the free set, as without the caches
+    if (__builtin_expect(!tc, 0))
+        return CCI_ENOTOURS;
+    if (__builtin_expect(tc->aside != 0, 0)) {
+        tc->aside--;
+        return CCI_ENOTOURS;
+    }
+    if (__builtin_expect(!enter_at_once(tc), 0))
+        return alloc_general(a, tc, rounded, requested, stream, out);
+    int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
+    leave(tc);
+    if (__builtin_expect(rc == LOG_FULL, 0))
+        return alloc_general(a, tc, rounded, requested, stream, out);  // from the start, as if it came now
+    return alloc_answer(tc, rc);
+}
+
+// The class a block of `size` freed on `stream` goes into: the first of its size and stream with
+// room, else the first empty one; -1 when none. Every class: an empty one keeps its size and
+// stream, and is taken first by a block of them, which decides the order the blocks are drained
+// in, and so the inactive-split running totals.
+static inline __attribute__((always_inline)) int class_for_free(const cci_tc *tc, size_t size, uint64_t stream)
+{
+    for (int c = 0; c < MAG_CLASSES; c++)
+        if (tc->mag[c].n < MAG_DEPTH && tc->mag[c].size == size && tc->mag[c].stream == stream)
+            return c;
+    unsigned empty = ~tc->filled & ALL_CLASSES;
+    return empty ? __builtin_ctz(empty) : -1;
+}
+
+// Puts b, freed on its own stream, into a magazine of the thread, if one has room and the change
+// is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
+static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
+{
+    size_t size = b->size;
+    int at = class_for_free(tc, size, stream);
+    if (at < 0)
+        return CCI_ENOTOURS;
+    mag_class *m = &tc->mag[at];
+    delta v;
+    credits after;
+    free_delta(a, b, split_on_free(b), &v);
+    if (!covered(tc, &v, FREEING, &after))
+        return CCI_ENOTOURS;
+    int n = m->n;
+    m->size = size;
+    m->stream = stream;
+    m->oversize = v.grow[1][1];
+    set_row_pair(m->split[n], 0, v.split);
+    m->b[n] = b;
+    m->n = n + 1;
+    tc->filled |= 1u << at;
+    spend(tc, &v, FREEING, &after);
+    __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+    tc->dirty = 1;
+    if (a->nobs) {
+        // A free reusable at once: one record for its request and its completion (cci_fast_event),
+        // the allocation's record with CCI_FAST_FREED where the requested size would be.
+        log_record(tc, b->addr, size, CCI_FAST_FREED, stream);
+        tc->nlog_freed++;
+    }
+    return CCI_OK;
+}
+
+// Inside the gate: b, allocated by this thread on `stream`, into a magazine. CCI_OK, CCI_ENOTOURS
+// (not a block this thread may free here: the locked path answers) or LOG_FULL.
+static inline __attribute__((always_inline)) int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
+                                                              uint64_t stream)
+{
+    cci_block *b = tc->recent;
+    if (b->addr != ptr)
+        b = cci_live_find(&tc->table, ptr);
+    if (!b || b->state != BLOCK_ALLOCATED || b->stream != stream)
+        return CCI_ENOTOURS;
+    if (!log_has_room(a, tc))
+        return LOG_FULL;
+    return cache_block(a, tc, b, stream);
+}
+
+static int try_free(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream)
+{
+    if (!enter(tc))
+        return CCI_ENOTOURS;
+    int rc = free_in_gate(a, tc, ptr, stream);
+    if (rc == LOG_FULL && log_to_batch(a, tc))
+        rc = free_in_gate(a, tc, ptr, stream);  // the same choice, with room now
+    leave(tc);
+    return rc;
+}
+
+static __attribute__((noinline, cold)) int free_general(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
+                                                        uint64_t stream)
+{
     int rc = try_free(a, tc, ptr, stream);
     if (rc == LOG_FULL) {
         cci_allocator_flush_events(a);  // a stop that moves no block
@@ -903,34 +1086,48 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
 
+int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+{
+    cci_tc *tc = my_cache(a);
+    if (__builtin_expect(!tc || tc->aside, 0))
+        return CCI_ENOTOURS;  // set aside: straight into the free set, as without the caches
+    if (__builtin_expect(!enter_at_once(tc), 0))
+        return free_general(a, tc, ptr, stream);
+    int rc = free_in_gate(a, tc, ptr, stream);
+    leave(tc);
+    if (__builtin_expect(rc == LOG_FULL, 0))
+        return free_general(a, tc, ptr, stream);  // from the start, as if it came now
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
 // ---- the locked side ------------------------------------------------------------------------------
 
 void cci__tc_own(cci_allocator *a, cci_block *b)
 {
     cci_tc *tc = attach_cache(a);
-    if (tc && !tc->aside && cci_live_add(&tc->table, b) == 0)  // set aside: its free takes the lock anyway
-        b->owner = tc;
+    if (tc && !tc->aside)  // set aside: its free takes the lock anyway
+        table_add(tc, b);
 }
 
 void cci__tc_disown(cci_block *b)
 {
     cci_tc *tc = b->owner;
-    if (!tc)
-        return;
-    cci_live_remove(&tc->table, b);
-    b->owner = NULL;
+    if (tc)
+        table_remove(tc, b);
 }
 
 void cci__tc_forget_all(cci_allocator *a)
 {
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         cci_live_clear(&tc->table);
+        tc->recent = &no_block;
         memset(tc->mag, 0, sizeof tc->mag);
         tc->filled = 0;
         memset(tc->shard, 0, sizeof tc->shard);
         memset(tc->credit, 0, sizeof tc->credit);
         memset(tc->given, 0, sizeof tc->given);
-        tc->nlog = tc->nhanded = tc->told = tc->nlog_freed = tc->nhanded_freed = 0;
+        log_restart(tc);
+        tc->nhanded = tc->told = tc->nhanded_freed = 0;
     }
 }
 
