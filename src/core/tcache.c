@@ -671,7 +671,7 @@ void cci__lock(cci_allocator *a)
     if (!a->tcs)
         return;
     cci_tc *only = a->tcs->next ? NULL : a->tcs;
-    if (only == a->tc_mine && !only->dirty && !log_count(only) && !only->nhanded) {
+    if (only && only == a->tc_mine && !only->dirty && !log_count(only) && !only->nhanded) {
         // The only cache is this thread's, and no fast path ran since the last stop (set aside,
         // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
         atomic_store_explicit(&only->gate, GATE_STOPPED, memory_order_relaxed);
