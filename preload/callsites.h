@@ -13,6 +13,7 @@
 #ifndef CCI_PRELOAD_CALLSITES_H
 #define CCI_PRELOAD_CALLSITES_H
 
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +22,7 @@
 #include "settings.h"
 
 /// Frames per stack; 0 = off. Written once at start-up, before the first allocation.
-extern int cci__stacks_depth;
+extern int cci__stacks_depth CCI_HIDDEN;
 
 /// Takes CCI_STACKS from the settings (logging a refused value) and, when on, prepares the
 /// unwinder and the Python lookup. Start-up, active layer only.

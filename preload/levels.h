@@ -8,6 +8,7 @@
 #ifndef CCI_PRELOAD_LEVELS_H
 #define CCI_PRELOAD_LEVELS_H
 
+#include "export.h"
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -23,9 +24,9 @@ int cci_pl_levels(void);
 /// that serve now, i.e. cci_pl_levels() once the layer is active (cci_state_active()), 0 when it
 /// passes through; -1 until that is decided. Both answers are final for the process (the mode
 /// is decided once, the settings are read once), so one relaxed load per call is enough.
-/// Declared hidden, as the library defines it (gnu_symbol_visibility): an extern declaration
+/// Declared hidden, as the library defines it (export.h, CCI_HIDDEN): an extern declaration
 /// keeps default visibility otherwise, and each load went through the GOT, two instructions.
-extern _Atomic int cci__serving __attribute__((visibility("hidden")));
+extern _Atomic int cci__serving CCI_HIDDEN;
 int cci__pl_serving_slow(int level);
 
 /// 1 when an allocation call of `level` (CCI_LEVEL_RUNTIME or CCI_LEVEL_DRIVER) is ours to

@@ -21,16 +21,15 @@
 #include "allocator.h"
 #include "backend_cuda.h"
 #include "config.h"
+#include "export.h"
 #include "settings.h"
 
 enum { CCI_MODE_UNINIT = 0, CCI_MODE_PASSTHROUGH = 1, CCI_MODE_ACTIVE = 2 };
 
-// Declared hidden, as the library defines them (gnu_symbol_visibility): an extern declaration keeps
-// default visibility otherwise, and each access on the hooks' fast path went through the GOT.
-#define CCI_STATE_HIDDEN __attribute__((visibility("hidden")))
-extern _Atomic int cci__mode CCI_STATE_HIDDEN;
-extern cci_config cci__cfg CCI_STATE_HIDDEN;
-extern _Atomic(cci_allocator *) cci__alloc[CCI_PL_MAX_DEVICES] CCI_STATE_HIDDEN;
+// Declared hidden, as the library defines them (export.h, CCI_HIDDEN).
+extern _Atomic int cci__mode CCI_HIDDEN;
+extern cci_config cci__cfg CCI_HIDDEN;
+extern _Atomic(cci_allocator *) cci__alloc[CCI_PL_MAX_DEVICES] CCI_HIDDEN;
 
 cci_allocator *cci__state_allocator_create(int device);
 
@@ -71,7 +70,7 @@ static inline cci_allocator *cci_state_allocator(int device)
 
 /// While the process has exactly one allocator: that one; NULL before the first and from the
 /// second on (until a fork child starts over). See cci_serve_release for why a free asks it.
-extern _Atomic(cci_allocator *) cci__sole_alloc CCI_STATE_HIDDEN;
+extern _Atomic(cci_allocator *) cci__sole_alloc CCI_HIDDEN;
 static inline cci_allocator *cci_state_sole_allocator(void)
 {
     return atomic_load_explicit(&cci__sole_alloc, memory_order_acquire);

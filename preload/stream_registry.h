@@ -61,6 +61,7 @@
 #ifndef CCI_PRELOAD_STREAM_REGISTRY_H
 #define CCI_PRELOAD_STREAM_REGISTRY_H
 
+#include "export.h"
 #include <stdatomic.h>
 
 #include "real.h"
@@ -76,7 +77,7 @@ typedef enum cci_rule_reason {
 } cci_rule_reason;
 
 /// 0 while ordered; non-zero from the start of the switch on (fast path: one relaxed load).
-extern _Atomic int cci__rule_fenced;
+extern _Atomic int cci__rule_fenced CCI_HIDDEN;
 
 static inline int cci_rule_ordered(void)
 {
@@ -109,7 +110,7 @@ int cci_rule_fence_is_barrier(void);
 
 /// Non-zero while a return to ordered may be possible: fenced only for created streams, and the
 /// registry became empty (one relaxed load on the fenced free path).
-extern _Atomic int cci__rule_may_return;
+extern _Atomic int cci__rule_may_return CCI_HIDDEN;
 int cci__rule_try_return(void);
 /// For a free about to be fenced: 1 when the rule returned to ordered (the free is NOW).
 static inline int cci_rule_back_to_ordered(void)
@@ -128,7 +129,7 @@ static inline void cci_rule_note_thread(void)
         cci__rule_note_new_thread();
 }
 void cci__rule_note_new_device(int device);
-extern _Atomic int cci__rule_first_device;  // -1 until the first allocation
+extern _Atomic int cci__rule_first_device CCI_HIDDEN;  // -1 until the first allocation
 static inline void cci_rule_note_device(int device)
 {
     if (__builtin_expect(atomic_load_explicit(&cci__rule_first_device, memory_order_relaxed) !=
@@ -174,7 +175,7 @@ int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void
 unsigned long long cci_stream_registry_epoch(void);
 /// Non-zero once a stream could not be recorded (out of host memory): fences cannot cover it,
 /// so the fence group refuses to record and the core synchronises the device instead.
-extern _Atomic int cci__stream_registry_incomplete;
+extern _Atomic int cci__stream_registry_incomplete CCI_HIDDEN;
 /// Streams created so far (all kinds) and live now.
 /// Live streams registered now (without the lock; a moment's figure).
 size_t cci_stream_registry_live(void);

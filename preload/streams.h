@@ -3,6 +3,7 @@
 #ifndef CCI_PRELOAD_STREAMS_H
 #define CCI_PRELOAD_STREAMS_H
 
+#include "export.h"
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -27,7 +28,7 @@ static inline uint64_t cci_stream_key(cudaStream_t s, int ptsz)
 }
 
 /// Captures begun through the runtime and not ended yet, in any thread.
-extern _Atomic int cci__captures;
+extern _Atomic int cci__captures CCI_HIDDEN;
 
 /// Cheap test for the fast path: 0 means no capture begun through the runtime is underway, so
 /// no stream needs asking. A capture begun behind our back (driver API, a static cudart) is not
@@ -58,7 +59,7 @@ typedef struct cci_stream_seen {
     int device;
     uint64_t generation;  // of stream destruction, + 1 (0: an empty entry)
 } cci_stream_seen;
-extern _Atomic uint64_t cci__stream_generation;
+extern _Atomic uint64_t cci__stream_generation CCI_HIDDEN;
 extern _Thread_local cci_stream_seen cci__stream_last __attribute__((tls_model("initial-exec")));
 int cci__stream_device_lookup(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device));
 static inline int cci_stream_device_cached(cudaStream_t s, int *device, int (*ask)(cudaStream_t s, int *device))
