@@ -97,6 +97,17 @@ static void switch_locked(cci_rule_reason why)
     }
 }
 
+// Switch lock held, before `why` can exist: the switch when the rule is ordered (its
+// synchronisation covers the barriers too); when already fenced, the synchronisation that work
+// outside the legacy stream's order (`beyond_legacy`) needs once barriers were taken.
+static void fence_from_now_locked(cci_rule_reason why, int beyond_legacy)
+{
+    if (atomic_load(&reason) == CCI_RULE_ORDERED)
+        switch_locked(why);
+    else if (beyond_legacy)
+        sync_after_barriers();
+}
+
 void cci_rule_switch(cci_rule_reason why)
 {
     // A reason the return cannot undo is marked under the lock the return decides under, so a
@@ -112,10 +123,7 @@ void cci_rule_switch(cci_rule_reason why)
         atomic_fetch_or(&lasting, 1u << why);
         atomic_store(&cci__rule_may_return, 0);
     }
-    if (atomic_load(&reason) == CCI_RULE_ORDERED)
-        switch_locked(why);  // its synchronisation covers the barriers too
-    else if ((1u << why) & UNORDERED_BY_LEGACY)
-        sync_after_barriers();
+    fence_from_now_locked(why, ((1u << why) & UNORDERED_BY_LEGACY) != 0);
     pthread_mutex_unlock(&switch_lock);
 }
 
@@ -127,10 +135,7 @@ void cci_rule_stream_create_begin(unsigned flags)
     creating++;
     if (flags & CCI_CU_STREAM_NON_BLOCKING)
         atomic_fetch_add(&nonblocking_creating, 1);
-    if (atomic_load(&reason) == CCI_RULE_ORDERED)
-        switch_locked(CCI_RULE_STREAM_CREATED);  // its synchronisation covers the barriers too
-    else if (flags & CCI_CU_STREAM_NON_BLOCKING)
-        sync_after_barriers();
+    fence_from_now_locked(CCI_RULE_STREAM_CREATED, (flags & CCI_CU_STREAM_NON_BLOCKING) != 0);
     pthread_mutex_unlock(&switch_lock);
 }
 
