@@ -67,8 +67,6 @@ static inline void stat_pool_dec(cci_stat *arr, int small, int64_t d)
     stat_dec(&arr[pool_index(small)], d);
 }
 
-static int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
-
 // Observers are told through cci__notify_full (allocator_impl.h: at once, or queued for the
 // unlock while thread caches exist). Most allocators have none: that is tested here first.
 static inline void notify(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr, size_t size,

@@ -143,7 +143,13 @@ struct cci_allocator {
     size_t nevq, evq_cap;
 };
 
-static inline int pool_index(int small) { return small ? CCI_POOL_SMALL : CCI_POOL_LARGE; }
+// `small` is 0 or 1 everywhere (cci_is_small, a block's `small`): a subtraction, not a test
+// (the thread caches' fast paths index their rows with it).
+_Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
+static inline unsigned pool_index(unsigned small) { return CCI_POOL_LARGE - small; }
+
+/// A block size the oversize statistic counts (max_split_size and above).
+static inline int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
 // Internal, lock held.
 /// Merges the free neighbour `c` (b->prev or b->next, in the free set) into `b`: out of the free

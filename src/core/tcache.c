@@ -243,11 +243,8 @@ typedef struct {
 } delta;
 enum { FREEING = 0, ALLOCATING = 1 };
 
-static inline int64_t oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
-
-// pool_index for a block: `small` is 0 or 1 (cci_is_small), so a subtraction, not a test.
-_Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
-static inline size_t block_pool(const cci_block *b) { return (size_t)CCI_POOL_LARGE - b->small; }
+// A block's pool row, as an unsigned index (no sign extension on the fast paths).
+static inline size_t block_pool(const cci_block *b) { return (size_t)pool_index(b->small); }
 
 // What handing out `b`, the top block of the magazine class m, for `requested` bytes changes.
 static inline __attribute__((always_inline)) void alloc_delta(const cci_block *b, const mag_class *m, int top,
@@ -265,7 +262,7 @@ static inline __attribute__((always_inline)) void free_delta(const cci_allocator
 {
     v->pool = block_pool(b);
     v->grow[0] = (kind_pair){1, (int64_t)b->size};
-    v->grow[1] = (kind_pair){(int64_t)b->requested, oversize(a, b->size)};
+    v->grow[1] = (kind_pair){(int64_t)b->requested, (int64_t)is_oversize(a, b->size)};
     v->split = split;
 }
 
