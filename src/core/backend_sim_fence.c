@@ -216,37 +216,22 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
 
-void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag)
-{
-    cci_sim_fences *f = cci__sim_fences_of(sim);
-    pthread_mutex_lock(&f->lock);
-    f->lag = lag;
-    pthread_mutex_unlock(&f->lock);
-}
+// One of the settings tests and replay change between calls, written under the group's lock.
+#define SET_UNDER_LOCK(sim, field, value)                                                          \
+    do {                                                                                           \
+        cci_sim_fences *f_ = cci__sim_fences_of(sim);                                              \
+        pthread_mutex_lock(&f_->lock);                                                             \
+        f_->field = (value);                                                                       \
+        pthread_mutex_unlock(&f_->lock);                                                           \
+    } while (0)
 
-void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams)
-{
-    cci_sim_fences *f = cci__sim_fences_of(sim);
-    pthread_mutex_lock(&f->lock);
-    f->width = streams;
-    pthread_mutex_unlock(&f->lock);
-}
+void cci_sim_set_fence_lag(cci_sim_device *sim, uint64_t lag) { SET_UNDER_LOCK(sim, lag, lag); }
 
-void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams)
-{
-    cci_sim_fences *f = cci__sim_fences_of(sim);
-    pthread_mutex_lock(&f->lock);
-    f->busy = streams;
-    pthread_mutex_unlock(&f->lock);
-}
+void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams) { SET_UNDER_LOCK(sim, width, streams); }
 
-void cci_sim_set_fence_orders(cci_sim_device *sim, int orders)
-{
-    cci_sim_fences *f = cci__sim_fences_of(sim);
-    pthread_mutex_lock(&f->lock);
-    f->orders = orders != 0;
-    pthread_mutex_unlock(&f->lock);
-}
+void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams) { SET_UNDER_LOCK(sim, busy, streams); }
+
+void cci_sim_set_fence_orders(cci_sim_device *sim, int orders) { SET_UNDER_LOCK(sim, orders, orders != 0); }
 
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim)
 {
