@@ -29,8 +29,10 @@ static _Atomic unsigned lasting;
 // Beyond the legacy stream's implicit synchronisation: a second device, peer access, a capture.
 #define UNORDERED_BY_LEGACY ((1u << CCI_RULE_SECOND_DEVICE) | (1u << CCI_RULE_PEER_ACCESS) | \
                              (1u << CCI_RULE_CAPTURE))
-// THE BARRIER (stream_registry.h): a fence was taken as a barrier, so blocks may have been handed
-// out with old work still queued; stays set. Non-blocking creations in flight.
+// THE BARRIER (stream_registry.h): a fence record asked whether it is a barrier, so blocks may
+// have been handed out with old work still queued. Set before the answer is known (the order
+// sync_after_barriers relies on), so also by a record that was none: at worst one needless
+// synchronisation per later non-blocking creation. Stays set. Non-blocking creations in flight.
 static _Atomic int barriers_granted;
 static _Atomic int nonblocking_creating;
 static _Atomic size_t nonblocking_live;  // live non-blocking streams in the registry
