@@ -9,7 +9,8 @@
 # figure and NVML's device memory of the process (the like-for-like one: it counts NCCL's and the
 # libraries' memory in every configuration). With STACKS_RUN=1 one more, untimed run of ours
 # default under CCI_STACKS=8 says how much of our reserved peak callers other than PyTorch held.
-# result_sum must be identical in every run. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# result_sum must agree in every run, to within DDP's own last-bit noise (gpu_report.py,
+# DDP_SUM_REL_TOL). NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
 # Environment: OUT, STEPS (default 20), NPROC (default 2), REPEATS (default 3), CONFIGS (default:
 # native ours ours-immediate), STACKS_RUN (default 1), CCI_NVML_INTERVAL_MS (NVML sampling period,

@@ -87,9 +87,25 @@ def load_rounds(out, stem, key):
     return rounds
 
 
-def check_result_sums(what, runs_by_config):
+# DDP's result_sum is not bit-reproducible natively: in ten identical trials of one torchrun job
+# on two H200s (session 10, with and without torch.use_deterministic_algorithms) every trial's
+# per-step losses differed from the others' in their last bit (NCCL and the backward pass's
+# reductions), and the sum of 44 losses (~43.8) came out 1 ulp apart once in 30 runs of ours and
+# of immediate reuse. A block reused early changes a loss at the 1e-3 level or makes it NaN. So the
+# DDP check allows a relative difference of DDP_SUM_REL_TOL (about 11 ulps at that sum); the
+# single-GPU workloads stay exact.
+DDP_SUM_REL_TOL = 1e-6
+
+
+def sums_agree(a, b, rel_tol):
+    if a is None or b is None or rel_tol == 0:
+        return a == b
+    return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+
+
+def check_result_sums(what, runs_by_config, rel_tol=0.0):
     """Every run of every configuration must give native's first result_sum (else the first
-    one found): a list of failure lines, empty when all agree."""
+    one found), within rel_tol: a list of failure lines, empty when all agree."""
     ref = None
     for c in ["native"] + sorted(runs_by_config):
         for r in sorted(runs_by_config.get(c, {})):
@@ -101,7 +117,7 @@ def check_result_sums(what, runs_by_config):
     bad = []
     for c, rounds in runs_by_config.items():
         for r, run in sorted(rounds.items()):
-            if run and run.get("result_sum") != ref[0]:
+            if run and not sums_agree(run.get("result_sum"), ref[0], rel_tol):
                 bad.append(f"{what}/{c} round {r}: result_sum {run.get('result_sum')} differs from "
                            f"{ref[1]} round {ref[2]}'s {ref[0]}")
     return bad
@@ -433,7 +449,7 @@ def ddp(out):
     sums = dict(runs)
     if os.path.exists(os.path.join(out, "ddp-stacks.log")):   # the untimed call-site run must agree too
         sums["stacks"] = {1: last_json(os.path.join(out, "ddp-stacks.log"), "workload")}
-    bad = check_result_sums("ddp", sums)
+    bad = check_result_sums("ddp", sums, DDP_SUM_REL_TOL)
     world = next((x["world"] for x in native.values()), None)
     nrounds = max([0] + [len(r) for r in runs.values()])
     print(f"DDP encoder, {world or '?'} GPUs, {nrounds} round(s) (order rotated each round): wall time against native")

@@ -209,6 +209,13 @@ with tempfile.TemporaryDirectory() as d:
     r0 = next((l for l in out.splitlines() if l.startswith("ours default") and l.split()[2] == "0"), "")
     check(rc == 0 and r0.count("n/a") >= 3 and "met / n/a" in r0 and "not loadable" in r0, f"NVML n/a row: {r0}")
 
+    # A last-bit difference is DDP's own (gpu_report.DDP_SUM_REL_TOL): no failure.
+    write(d, "ddp-ours-r3.log", ddp_line(1.5, 3.0 * (1 + 4e-7), [1050, 1000], None))
+    rc, out = report("ddp", d, "native ours")
+    check(rc == 0, f"a result_sum 4e-7 apart (relative) is within DDP's own noise (rc {rc})")
+    write(d, "ddp-ours-r3.log", ddp_line(1.5, 3.0 * (1 + 3e-6), [1050, 1000], None))
+    rc, out = report("ddp", d, "native ours")
+    check(rc == 1 and "FAILED: ddp/ours round 3: result_sum" in out, "3e-6 apart (relative) -> exit 1")
     write(d, "ddp-ours-r3.log", ddp_line(1.5, 3.5, [1050, 1000], None))
     rc, out = report("ddp", d, "native ours")
     check(rc == 1 and "FAILED: ddp/ours round 3: result_sum 3.5" in out, "ddp result_sum mismatch -> exit 1")
