@@ -587,7 +587,7 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
     cci_block *b = NULL;
     if (cci__fenced_harvest(a, CCI_ASK_IN_FULL))
         b = take_free_block(a, rounded, small, stream);
-    while (!b && cci__fenced_wait_for(a, rounded, small, stream, 0))
+    while (!b && cci__fenced_wait_for(a, rounded, small, stream, FENCED_MISS_SPARE))
         b = take_free_block(a, rounded, small, stream);
     // [compact] Pages of free blocks anywhere are unmapped and mapped again where the growth
     // needs them (expandable.c), so pending frees of any shape and stream spare a growth: wait for
