@@ -45,13 +45,13 @@
 // the H100 (docs/reuse-modes.md): the encoder (2 events a fence) then peaks within 1.3 % of
 // immediate reuse instead of 3.7 %; DDP on two H200s (133 events a fence) lost 13 % of wall time
 // to it, so there the closed batches are only polled, as before. 0 turns it off.
+#ifndef FENCED_FIT_HARVEST_MAX_WIDTH
+#define FENCED_FIT_HARVEST_MAX_WIDTH 8
+#endif
 // A miss (no free block fits) waits for the oldest batch that frees enough, except the
 // FENCED_MISS_SPARE newest: a build-time override for policy experiments (0: any batch).
 #ifndef FENCED_MISS_SPARE
 #define FENCED_MISS_SPARE 0
-#endif
-#ifndef FENCED_FIT_HARVEST_MAX_WIDTH
-#define FENCED_FIT_HARVEST_MAX_WIDTH 8
 #endif
 // ... and at most once every this many allocations: a loop that frees and allocates one size
 // meets a poor fit on every allocation, and a fence each time would cost more than it saves.
