@@ -48,15 +48,15 @@
 #ifndef FENCED_FIT_HARVEST_MAX_WIDTH
 #define FENCED_FIT_HARVEST_MAX_WIDTH 8
 #endif
-// A miss (no free block fits) waits for the oldest batch that frees enough, except the
-// FENCED_MISS_SPARE newest: a build-time override for policy experiments (0: any batch).
-#ifndef FENCED_MISS_SPARE
-#define FENCED_MISS_SPARE 0
-#endif
 // ... and at most once every this many allocations: a loop that frees and allocates one size
 // meets a poor fit on every allocation, and a fence each time would cost more than it saves.
 #ifndef FENCED_FIT_HARVEST_EVERY
 #define FENCED_FIT_HARVEST_EVERY 2
+#endif
+// A miss (no free block fits) waits for the oldest batch that frees enough, except the
+// FENCED_MISS_SPARE newest: a build-time override for policy experiments (0: any batch).
+#ifndef FENCED_MISS_SPARE
+#define FENCED_MISS_SPARE 0
 #endif
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
