@@ -658,22 +658,12 @@ size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t roun
     return found;
 }
 
-void cci__lock(cci_allocator *a)
+// The general stop: every other thread's cache waited for at its gate, the logs swapped, the
+// shards folded, the batch doors told. Out of line: the mixed workload's lock (its only cache its
+// own, set aside) needs none of it, and this part's frame (six registers saved and restored) had
+// cost that lock as much as the rest of it.
+static __attribute__((noinline)) void stop_caches(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
-    a->epoch++;
-    // The locking thread's cache, looked up once for the section (attach_cache sets it when the
-    // section creates it; a thread that leaves has dropped its slot before it locks).
-    a->tc_mine = a->tcs ? my_cache(a) : NULL;
-    if (!a->tcs)
-        return;
-    cci_tc *only = a->tcs->next ? NULL : a->tcs;
-    if (only && only == a->tc_mine && !only->dirty && !log_count(only) && !only->nhanded) {
-        // The only cache is this thread's, and no fast path ran since the last stop (set aside,
-        // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
-        atomic_store_explicit(&only->gate, GATE_STOPPED, memory_order_relaxed);
-        return;
-    }
     unsigned spins = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         if (tc == a->tc_mine) {
@@ -706,6 +696,26 @@ void cci__lock(cci_allocator *a)
             tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded, tc->nhanded_freed);
         }
     }
+}
+
+void cci__lock(cci_allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    a->epoch++;
+    // The locking thread's cache, looked up once for the section (attach_cache sets it when the
+    // section creates it; a thread that leaves has dropped its slot before it locks).
+    cci_tc *tcs = a->tcs;
+    cci_tc *mine = tcs ? my_cache(a) : NULL;
+    a->tc_mine = mine;
+    if (!tcs)
+        return;
+    if (tcs == mine && !mine->next && !mine->dirty && mine->log_at == mine->log && !mine->nhanded) {
+        // The only cache is this thread's, and no fast path ran since the last stop (set aside,
+        // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
+        atomic_store_explicit(&mine->gate, GATE_STOPPED, memory_order_relaxed);
+        return;
+    }
+    stop_caches(a);
 }
 
 // The room under every peak that each (pool, kind) can raise: the smallest distance from a
@@ -770,16 +780,31 @@ static void hand_out_credits(cci_allocator *a)
     }
 }
 
+// Every cache running again, with its credits; then the handed logs to the observers without a
+// batch door, one event at a time (the caches running again). Out of line as stop_caches is.
+static __attribute__((noinline)) void restart_caches(cci_allocator *a)
+{
+    hand_out_credits(a);
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+        tc->order = 2 * a->epoch + 1;
+        atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
+    }
+    tell_handed(a);
+}
+
 void cci__unlock(cci_allocator *a)
 {
+    cci_tc *mine = a->tc_mine;
     if (a->tcs) {
-        hand_out_credits(a);
-        for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-            tc->order = 2 * a->epoch + 1;
-            atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
+        // The only cache this thread's, set aside, without credit already and nothing handed at
+        // the stop (the mixed workload's case): restart_caches would only set its order and open
+        // its gate (hand_out_credits leaves such a cache as it is, tell_handed has nothing to tell).
+        if (mine && mine->alone && mine->aside && mine->no_credit && !mine->nhanded) {
+            mine->order = 2 * a->epoch + 1;
+            atomic_store_explicit(&mine->gate, GATE_OPEN, memory_order_release);
+        } else {
+            restart_caches(a);
         }
-        // The observers without a batch door, one event at a time, with the caches running again.
-        tell_handed(a);
     }
     // The section's own events (queued even when the last cache left meanwhile: thread exit).
     for (size_t i = 0; i < a->nevq; i++)
