@@ -135,6 +135,9 @@ struct cci_allocator {
 
     // Per-thread caches (tcache.c).
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
+    int tc_fast;                          // tc_on, but 0 while the only cache is set aside (tcache.c):
+                                          // then no fast path would serve, and none is asked. Read
+                                          // without the lock (relaxed atomics), written under it
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
     struct cci_tc *tc_mine;               // the lock holder's cache (NULL: none), set by cci__lock

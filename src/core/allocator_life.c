@@ -135,6 +135,7 @@ void cci_allocator_thread_cache(cci_allocator *a, int on)
     cci__lock(a);
     cci__tc_drain_all(a);
     a->tc_on = on;  // switched off, the caches are empty now and never fill again
+    __atomic_store_n(&a->tc_fast, on, __ATOMIC_RELAXED);
     cci__unlock(a);
 }
 

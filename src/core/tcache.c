@@ -368,9 +368,18 @@ static inline cci_tc *my_cache(const cci_allocator *a)
     return NULL;
 }
 
+// The allocator's tc_fast (allocator_impl.h). It is 0 with tc_on set only while the list holds
+// one cache, set aside: the owner sets it so at its unlock (cci__unlock), and itself sets it back
+// when its time aside ends (cci__tc_skipped); any change of the list sets it back. So a thread that
+// reads 0 (without the lock, perhaps a stale value) is that owner, set aside, or a thread without
+// a cache: cci__tc_alloc and cci__tc_free would have answered CCI_ENOTOURS to either, and the
+// owner's allocations count down its time aside in cci__tc_skipped instead.
+static void set_fast(cci_allocator *a, int on) { __atomic_store_n(&a->tc_fast, on, __ATOMIC_RELAXED); }
+
 // Lock held, whenever the list changes.
 static void note_alone(cci_allocator *a)
 {
+    set_fast(a, a->tc_on);
     a->ntcs = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         tc->alone = a->tcs == tc && !tc->next;
@@ -801,7 +810,10 @@ void cci__unlock(cci_allocator *a)
         // The only cache this thread's, set aside, without credit already and nothing handed at
         // the stop (the mixed workload's case): restart_caches would only set its order and open
         // its gate (hand_out_credits leaves such a cache as it is, tell_handed has nothing to tell).
-        if (mine && mine->alone && mine->aside && mine->no_credit && !mine->nhanded) {
+        int aside_alone = mine && mine->alone && mine->aside;
+        if (aside_alone)
+            set_fast(a, 0);
+        if (aside_alone && mine->no_credit && !mine->nhanded) {
             mine->order = 2 * a->epoch + 1;
             atomic_store_explicit(&mine->gate, GATE_OPEN, memory_order_release);
         } else {
@@ -1132,6 +1144,14 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 }
 
 // ---- the locked side ------------------------------------------------------------------------------
+
+void cci__tc_skipped(cci_allocator *a)
+{
+    cci_tc *tc = a->tc_mine;
+    // tc_on: a cache switched off is not asked either (its time aside stays as it was).
+    if (tc && tc->aside && a->tc_on && --tc->aside == 0)
+        set_fast(a, 1);
+}
 
 // The cache made if the thread has none, and b into its table. Out of line: see cci__tc_own.
 static __attribute__((noinline)) void own_block(cci_allocator *a, cci_block *b)
