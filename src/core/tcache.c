@@ -803,6 +803,16 @@ static __attribute__((noinline)) void restart_caches(cci_allocator *a)
     tell_handed(a);
 }
 
+// The section's queued events to the observers without a batch door. Out of line: most sections
+// queue none (an observer without a batch door that wants allocations or frees is rare: a trace),
+// and the loop's frame had cost every unlock six instructions.
+static __attribute__((noinline)) void tell_queued(cci_allocator *a)
+{
+    for (size_t i = 0; i < a->nevq; i++)
+        cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
+    a->nevq = 0;
+}
+
 void cci__unlock(cci_allocator *a)
 {
     cci_tc *mine = a->tc_mine;
@@ -821,9 +831,8 @@ void cci__unlock(cci_allocator *a)
         }
     }
     // The section's own events (queued even when the last cache left meanwhile: thread exit).
-    for (size_t i = 0; i < a->nevq; i++)
-        cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
-    a->nevq = 0;
+    if (a->nevq)
+        tell_queued(a);
     pthread_mutex_unlock(&a->lock);
 }
 
