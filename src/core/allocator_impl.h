@@ -8,6 +8,7 @@
 #include "allocator.h"
 #include "block.h"
 #include "live_map.h"
+#include "lock.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -73,7 +74,7 @@ enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 typedef cci_event cci_tc_event;
 
 struct cci_allocator {
-    pthread_mutex_t lock;
+    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (tcache.c)
     int device;
     cci_config cfg;
     cci_backend be;

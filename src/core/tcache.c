@@ -711,7 +711,7 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
 
 void cci__lock(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
+    cci_lock_take(&a->lock);
     a->epoch++;
     // The locking thread's cache, looked up once for the section (attach_cache sets it when the
     // section creates it; a thread that leaves has dropped its slot before it locks).
@@ -833,7 +833,7 @@ void cci__unlock(cci_allocator *a)
     // The section's own events (queued even when the last cache left meanwhile: thread exit).
     if (a->nevq)
         tell_queued(a);
-    pthread_mutex_unlock(&a->lock);
+    cci_lock_give(&a->lock);
 }
 
 int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
