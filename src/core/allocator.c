@@ -647,13 +647,17 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
 
 // The locked allocation (everything but the thread cache's hit). Out of line, so that the
 // cached path of cci_malloc saves none of the registers this one needs (issue 15: ~50
-// instructions a pair when both entry points carried the locked paths' frames).
-static __attribute__((noinline)) int malloc_locked(cci_allocator *a, size_t rounded, size_t size,
-                                                   uint64_t stream, uintptr_t *out)
+// instructions a pair when both entry points carried the locked paths' frames). `skipped`: the
+// fast path was not asked (tc_fast 0), so the caller's time aside is counted here (tcache.h).
+// Not cloned per value of `skipped`: one copy of the policy.
+static __attribute__((noinline, noclone)) int malloc_locked(cci_allocator *a, size_t rounded, size_t size,
+                                                            uint64_t stream, uintptr_t *out, int skipped)
 {
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     cci__lock(a);
+    if (skipped && a->tc_mine)  // (no cache, nothing to count: the caches off, or none yet)
+        cci__tc_skipped(a);
     if (cci_free_set_reserve(&a->free_set[small], stream) != 0) {
         cci__unlock(a);  // no host memory for the stream's bins: none for its blocks either
         return CCI_EOOM;
@@ -722,12 +726,27 @@ static __attribute__((noinline)) int malloc_locked(cci_allocator *a, size_t roun
     return rc;
 }
 
+// The locked allocation, the fast path not asked. Apart from cci_malloc, where the compiler had
+// set this constant argument before the test, on the cached path too.
+static __attribute__((noinline)) int malloc_skipped(cci_allocator *a, size_t rounded, size_t size,
+                                                    uint64_t stream, uintptr_t *out)
+{
+    return malloc_locked(a, rounded, size, stream, out, 1);
+}
+
 int cci_malloc(cci_allocator *a, size_t size, uint64_t stream, uintptr_t *out)
 {
     size_t rounded = cci_round_size(&a->cfg, size);
-    if (a->tc_on && cci__tc_alloc(a, rounded, size, stream, out) == CCI_OK)
-        return CCI_OK;
-    return malloc_locked(a, rounded, size, stream, out);
+    // tc_fast, not tc_on: while the only cache is set aside (the mixed workload), asking it cost
+    // a call and its frame on every operation for an answer known in advance (tcache.c).
+    if (!__atomic_load_n(&a->tc_fast, __ATOMIC_RELAXED))
+        return malloc_skipped(a, rounded, size, stream, out);
+    // It answers CCI_OK or CCI_ENOTOURS, below 0. Tested by sign and returned as it came: with
+    // `== CCI_OK` the compiler set the constant again on the cached path (one instruction).
+    int rc = cci__tc_alloc(a, rounded, size, stream, out);
+    if (rc >= CCI_OK)
+        return rc;
+    return malloc_locked(a, rounded, size, stream, out, 0);
 }
 
 static int classify_unknown(cci_allocator *a, uintptr_t p)
@@ -809,7 +828,8 @@ static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)
 {
     // A block reusable at once on its own stream may stay with this thread (tcache.h).
-    if (mode == CCI_FREE_NOW && a->tc_on && cci__tc_free(a, ptr, stream) == CCI_OK)
+    if (mode == CCI_FREE_NOW && __atomic_load_n(&a->tc_fast, __ATOMIC_RELAXED) &&
+        cci__tc_free(a, ptr, stream) == CCI_OK)
         return CCI_OK;
     return free_locked(a, ptr, stream, mode);
 }

@@ -8,6 +8,7 @@
 #include "allocator.h"
 #include "block.h"
 #include "live_map.h"
+#include "lock.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -78,7 +79,7 @@ enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 typedef cci_event cci_tc_event;
 
 struct cci_allocator {
-    pthread_mutex_t lock;
+    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (tcache.c)
     int device;
     cci_config cfg;
     cci_backend be;
@@ -140,6 +141,9 @@ struct cci_allocator {
 
     // Per-thread caches (tcache.c).
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
+    int tc_fast;                          // tc_on, but 0 while the only cache is set aside (tcache.c):
+                                          // then no fast path would serve, and none is asked. Read
+                                          // without the lock (relaxed atomics), written under it
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
     struct cci_tc *tc_mine;               // the lock holder's cache (NULL: none), set by cci__lock

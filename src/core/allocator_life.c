@@ -13,16 +13,9 @@
 
 cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backend be)
 {
-    cci_allocator *a = calloc(1, sizeof *a);
+    cci_allocator *a = calloc(1, sizeof *a);  // the lock free (lock.h)
     if (!a)
         return NULL;
-    // Critical sections are tens of nanoseconds: spinning briefly before sleeping in the kernel
-    // keeps a contended lock from turning every operation into a futex round trip.
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(&a->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
     static _Atomic uint64_t next_uid = 1;
     a->uid = atomic_fetch_add(&next_uid, 1);
     a->device = device;
@@ -38,7 +31,6 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
     a->st.max_split_size = cfg->max_split_size == SIZE_MAX ? UINT64_MAX : cfg->max_split_size;
     a->st.device_capacity = a->capacity;
     if (cci__exp_init(a) != 0) {
-        pthread_mutex_destroy(&a->lock);
         free(a);
         return NULL;
     }
@@ -88,7 +80,6 @@ void cci_allocator_destroy(cci_allocator *a, int release_segments)
     cci_free_set_destroy(&a->free_set[0]);
     cci_free_set_destroy(&a->free_set[1]);
     free(a->segs);
-    pthread_mutex_destroy(&a->lock);
     free(a);
 }
 
@@ -99,7 +90,7 @@ void cci_allocator_fork_child(cci_allocator *a)
 {
     // The forking thread took the lock in prepare and is the one thread that exists here.
     cci__tc_fork_child(a);
-    pthread_mutex_unlock(&a->lock);
+    cci_lock_give(&a->lock);
     cci_allocator_destroy(a, 0);
 }
 
@@ -135,6 +126,7 @@ void cci_allocator_thread_cache(cci_allocator *a, int on)
     cci__lock(a);
     cci__tc_drain_all(a);
     a->tc_on = on;  // switched off, the caches are empty now and never fill again
+    __atomic_store_n(&a->tc_fast, on, __ATOMIC_RELAXED);
     cci__unlock(a);
 }
 

@@ -368,9 +368,18 @@ static inline cci_tc *my_cache(const cci_allocator *a)
     return NULL;
 }
 
+// The allocator's tc_fast (allocator_impl.h). It is 0 with tc_on set only while the list holds
+// one cache, set aside: the owner sets it so at its unlock (cci__unlock), and itself sets it back
+// when its time aside ends (cci__tc_skipped); any change of the list sets it back. So a thread that
+// reads 0 (without the lock, perhaps a stale value) is that owner, set aside, or a thread without
+// a cache: cci__tc_alloc and cci__tc_free would have answered CCI_ENOTOURS to either, and the
+// owner's allocations count down its time aside in cci__tc_skipped instead.
+static void set_fast(cci_allocator *a, int on) { __atomic_store_n(&a->tc_fast, on, __ATOMIC_RELAXED); }
+
 // Lock held, whenever the list changes.
 static void note_alone(cci_allocator *a)
 {
+    set_fast(a, a->tc_on);
     a->ntcs = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         tc->alone = a->tcs == tc && !tc->next;
@@ -617,7 +626,9 @@ static size_t drain_class(cci_allocator *a, cci_tc *tc, int c)
     return n;
 }
 
-static void drain_cache(cci_allocator *a, cci_tc *tc)
+// Out of line: a locked allocation asks for it with the magazines mostly empty (a cache set
+// aside), and inlined its frame cost the empty case more than the test (drain_mine).
+static __attribute__((noinline)) void drain_cache(cci_allocator *a, cci_tc *tc)
 {
     FOR_EACH_CLASS(c, tc->filled)
         drain_class(a, tc, (int)c);
@@ -632,7 +643,7 @@ void cci__tc_drain_all(cci_allocator *a)
 void cci__tc_drain_mine(cci_allocator *a)
 {
     cci_tc *tc = a->tc_mine;
-    if (tc)
+    if (tc && tc->filled)
         drain_cache(a, tc);
 }
 
@@ -658,22 +669,12 @@ size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t roun
     return found;
 }
 
-void cci__lock(cci_allocator *a)
+// The general stop: every other thread's cache waited for at its gate, the logs swapped, the
+// shards folded, the batch doors told. Out of line: the mixed workload's lock (its only cache its
+// own, set aside) needs none of it, and this part's frame (six registers saved and restored) had
+// cost that lock as much as the rest of it.
+static __attribute__((noinline)) void stop_caches(cci_allocator *a)
 {
-    pthread_mutex_lock(&a->lock);
-    a->epoch++;
-    // The locking thread's cache, looked up once for the section (attach_cache sets it when the
-    // section creates it; a thread that leaves has dropped its slot before it locks).
-    a->tc_mine = a->tcs ? my_cache(a) : NULL;
-    if (!a->tcs)
-        return;
-    cci_tc *only = a->tcs->next ? NULL : a->tcs;
-    if (only && only == a->tc_mine && !only->dirty && !log_count(only) && !only->nhanded) {
-        // The only cache is this thread's, and no fast path ran since the last stop (set aside,
-        // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
-        atomic_store_explicit(&only->gate, GATE_STOPPED, memory_order_relaxed);
-        return;
-    }
     unsigned spins = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         if (tc == a->tc_mine) {
@@ -706,6 +707,26 @@ void cci__lock(cci_allocator *a)
             tell_batch(a, tc, tc->handed_order, &tc->handed, tc->nhanded, tc->nhanded_freed);
         }
     }
+}
+
+void cci__lock(cci_allocator *a)
+{
+    cci_lock_take(&a->lock);
+    a->epoch++;
+    // The locking thread's cache, looked up once for the section (attach_cache sets it when the
+    // section creates it; a thread that leaves has dropped its slot before it locks).
+    cci_tc *tcs = a->tcs;
+    cci_tc *mine = tcs ? my_cache(a) : NULL;
+    a->tc_mine = mine;
+    if (!tcs)
+        return;
+    if (tcs == mine && !mine->next && !mine->dirty && mine->log_at == mine->log && !mine->nhanded) {
+        // The only cache is this thread's, and no fast path ran since the last stop (set aside,
+        // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
+        atomic_store_explicit(&mine->gate, GATE_STOPPED, memory_order_relaxed);
+        return;
+    }
+    stop_caches(a);
 }
 
 // The room under every peak that each (pool, kind) can raise: the smallest distance from a
@@ -770,22 +791,49 @@ static void hand_out_credits(cci_allocator *a)
     }
 }
 
-void cci__unlock(cci_allocator *a)
+// Every cache running again, with its credits; then the handed logs to the observers without a
+// batch door, one event at a time (the caches running again). Out of line as stop_caches is.
+static __attribute__((noinline)) void restart_caches(cci_allocator *a)
 {
-    if (a->tcs) {
-        hand_out_credits(a);
-        for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
-            tc->order = 2 * a->epoch + 1;
-            atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
-        }
-        // The observers without a batch door, one event at a time, with the caches running again.
-        tell_handed(a);
+    hand_out_credits(a);
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
+        tc->order = 2 * a->epoch + 1;
+        atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release);
     }
-    // The section's own events (queued even when the last cache left meanwhile: thread exit).
+    tell_handed(a);
+}
+
+// The section's queued events to the observers without a batch door. Out of line: most sections
+// queue none (an observer without a batch door that wants allocations or frees is rare: a trace),
+// and the loop's frame had cost every unlock six instructions.
+static __attribute__((noinline)) void tell_queued(cci_allocator *a)
+{
     for (size_t i = 0; i < a->nevq; i++)
         cci__tell(a, &a->evq[i], CCI_TELL_SERIAL);
     a->nevq = 0;
-    pthread_mutex_unlock(&a->lock);
+}
+
+void cci__unlock(cci_allocator *a)
+{
+    cci_tc *mine = a->tc_mine;
+    if (a->tcs) {
+        // The only cache this thread's, set aside, without credit already and nothing handed at
+        // the stop (the mixed workload's case): restart_caches would only set its order and open
+        // its gate (hand_out_credits leaves such a cache as it is, tell_handed has nothing to tell).
+        int aside_alone = mine && mine->alone && mine->aside;
+        if (aside_alone)
+            set_fast(a, 0);
+        if (aside_alone && mine->no_credit && !mine->nhanded) {
+            mine->order = 2 * a->epoch + 1;
+            atomic_store_explicit(&mine->gate, GATE_OPEN, memory_order_release);
+        } else {
+            restart_caches(a);
+        }
+    }
+    // The section's own events (queued even when the last cache left meanwhile: thread exit).
+    if (a->nevq)
+        tell_queued(a);
+    cci_lock_give(&a->lock);
 }
 
 int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
@@ -1106,11 +1154,31 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 
 // ---- the locked side ------------------------------------------------------------------------------
 
-void cci__tc_own(cci_allocator *a, cci_block *b)
+void cci__tc_skipped(cci_allocator *a)
+{
+    cci_tc *tc = a->tc_mine;
+    // tc_on: a cache switched off is not asked either (its time aside stays as it was).
+    if (tc && tc->aside && a->tc_on && --tc->aside == 0)
+        set_fast(a, 1);
+}
+
+// The cache made if the thread has none, and b into its table. Out of line: see cci__tc_own.
+static __attribute__((noinline)) void own_block(cci_allocator *a, cci_block *b)
 {
     cci_tc *tc = attach_cache(a);
-    if (tc && !tc->aside)  // set aside: its free takes the lock anyway
+    if (tc)
         table_add(tc, b);
+}
+
+void cci__tc_own(cci_allocator *a, cci_block *b)
+{
+    // Set aside: its free takes the lock anyway. Tested before the call that makes a cache and
+    // fills its table, whose frame had cost every locked allocation of the mixed workload ~20
+    // instructions (a new cache is never set aside).
+    cci_tc *tc = a->tc_mine;
+    if (tc && tc->aside)
+        return;
+    own_block(a, b);
 }
 
 void cci__tc_disown(cci_block *b)

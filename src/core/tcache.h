@@ -52,6 +52,9 @@ void cci__tc_drain_mine(cci_allocator *a);
 size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t rounded, size_t than, int drain);
 
 // Lock held.
+/// cci_malloc did not ask the fast path (tc_fast 0: the only cache is set aside): the allocation
+/// counts down the caller's time aside here, as cci__tc_alloc would have.
+void cci__tc_skipped(cci_allocator *a);
 /// The calling thread was handed `b` by the locked path: it may free it on its fast path.
 void cci__tc_own(cci_allocator *a, cci_block *b);
 /// `b` leaves the allocated state through the locked path: no fast path may touch it any more.

@@ -6,7 +6,8 @@
 //      stream recomputes the statistics' live bytes and peaks exactly (block sizes may differ
 //      between the runs: a block taken whole may exceed the rounded size);
 //   2. the fast path really serves: a same-size free/alloc loop takes the lock only once; a cache
-//      whose magazines seldom serve (sizes that rarely repeat) is set aside, and comes back;
+//      whose magazines seldom serve (sizes that rarely repeat) is set aside, and comes back after
+//      the same number of its allocations whether or not another thread's cache comes and goes;
 //   3. threads: eight threads allocating and freeing on their own streams while another reads the
 //      statistics and empties the cache; no two live blocks ever overlap, and the totals agree;
 //   4. a thread that exits with blocks in its magazines gives them back, and its live blocks can
@@ -248,6 +249,76 @@ static void set_aside(void)
     CHECK_EQ_U(st.allocation[CCI_POOL_ALL].allocated, (uint64_t)allocs + 6000, "every allocation counted");
     cci_allocator_destroy(a, 1);
     cci_sim_destroy(sim);
+}
+
+// ---- 2c. the time set aside is counted in the owner's allocations, whoever joins meanwhile -----
+//
+// While a thread's cache is the only one and set aside, cci_malloc and cci_free do not ask it
+// (tc_fast); its allocations count its time aside down on the locked path instead. The count must
+// come out the same as when every allocation asks the cache: alone, and with another thread's
+// cache joining and leaving in the middle (both of which switch tc_fast back on for a while).
+
+typedef struct {
+    long fast, locked;    // frees on stream 0 (the thread set aside), by path
+    long other_fast;      // the other thread's allocations (stream 7) on the fast path
+} free_paths;
+
+static void free_path_observer(void *ud, const cci_event *ev)
+{
+    free_paths *f = ud;
+    if (ev->kind == CCI_EV_FREE_REQUESTED && ev->stream == 0)
+        *(ev->order & 1 ? &f->fast : &f->locked) += 1;
+    if (ev->kind == CCI_EV_ALLOC && ev->stream == 7)
+        f->other_fast += (long)(ev->order & 1);
+}
+
+// Two pairs of one size: the second allocation is its cache's (the fast paths are asked again).
+static void *join_and_leave(void *arg)
+{
+    for (int i = 0; i < 2; i++) {
+        uintptr_t p;
+        CHECK(cci_malloc(arg, 4096, 7, &p) == CCI_OK && cci_free(arg, p, 7, CCI_FREE_NOW) == CCI_OK, "pair");
+    }
+    return NULL;
+}
+
+// Pairs of one size after a window of misses: locked until the time aside ends, then fast.
+static long locked_frees_after_window(int other_joins)
+{
+    cci_sim_device *sim;
+    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    free_paths f = {0};
+    CHECK(cci_allocator_add_observer(a, free_path_observer, &f) == 0, "observer attached");
+    uintptr_t p[257];
+    for (int i = 0; i < 257; i++)  // the first makes the cache, the next 256 miss: set aside
+        CHECK(cci_malloc(a, 512 * (size_t)(i + 1), 0, &p[i]) == CCI_OK, "malloc");
+    for (int i = 0; i < 257; i++)
+        CHECK(cci_free(a, p[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    cci_allocator_flush_events(a);
+    f = (free_paths){0};
+    for (int i = 0; i < 6000; i++) {
+        if (other_joins && i == 1000) {
+            pthread_t t;
+            pthread_create(&t, NULL, join_and_leave, a);
+            pthread_join(t, NULL);
+        }
+        uintptr_t q;
+        CHECK(cci_malloc(a, 70000, 0, &q) == CCI_OK && cci_free(a, q, 0, CCI_FREE_NOW) == CCI_OK, "pair");
+    }
+    cci_allocator_flush_events(a);
+    CHECK_EQ_U(f.fast + f.locked, 6000, "every free heard");
+    CHECK_EQ_U(f.other_fast, (uint64_t)other_joins, "the other thread's second allocation on its fast path");
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+    return f.locked;
+}
+
+static void aside_counted(void)
+{
+    // 4096 allocations aside (ASIDE_OPS): the last of them is owned by the cache again, so its
+    // free is the first fast one.
+    CHECK_EQ_U(locked_frees_after_window(0), 4095, "alone: the time aside");
+    CHECK_EQ_U(locked_frees_after_window(1), 4095, "another cache came and went: the same time aside");
 }
 
 // ---- 3. threads ----------------------------------------------------------------------------
@@ -563,6 +634,7 @@ int main(void)
         exact_statistics(seed * 7919);
     fast_path_serves();
     set_aside();
+    aside_counted();
     threads();
     thread_exit();
     batch_observer();

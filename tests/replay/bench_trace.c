@@ -105,15 +105,15 @@ static double observer_ns(long events, const char *path)
     cci_event ev = {CCI_EV_ALLOC, 0, 0, 0x7f0000000000, 512, 100, 0, 0};
     uint64_t t0 = now_ns();
     for (long i = 0; i < events; i++) {
-        pthread_mutex_lock(&a->lock);
-        pthread_mutex_unlock(&a->lock);
+        cci_lock_take(&a->lock);
+        cci_lock_give(&a->lock);
     }
     uint64_t t1 = now_ns();
     for (long i = 0; i < events; i++) {
         ev.addr += 512;
-        pthread_mutex_lock(&a->lock);
+        cci_lock_take(&a->lock);
         a->obs[0].fn(a->obs[0].ud, &ev);
-        pthread_mutex_unlock(&a->lock);
+        cci_lock_give(&a->lock);
     }
     uint64_t t2 = now_ns();
     cci_trace_stop();
