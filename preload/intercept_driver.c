@@ -102,6 +102,39 @@ static inline __attribute__((always_inline)) int stream_capturing(const cci_real
     return is_capturing(s, &st) != CUDA_SUCCESS || st != 0;
 }
 
+// The device of created stream `s` for cci_stream_device_cached: the device whose primary
+// context, as we hold it, the stream belongs to. -1 for a stream of any other context (or a
+// driver without cuStreamGetCtx, older than any with stream-ordered allocation).
+static int ask_stream_primary_device(cudaStream_t s, int *device)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUcontext ctx = NULL;
+    if (!t->cuStreamGetCtx || t->cuStreamGetCtx((CUstream)s, &ctx) != CUDA_SUCCESS || !ctx)
+        return -1;
+    // Every slot, not only devices with an allocator: the stream's device may have none yet.
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
+        if (cci_cuda_backend_primary_peek(d) == ctx) {
+            *device = d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+// 1 when CUDA would draw an allocation on `s` from `device`, the current context's device. A
+// default stream is the current context's; a created stream allocates from "the memory pool
+// current to the stream's device" (cuMemAllocAsync), which the current context need not be on:
+// then the call is the driver's, never another device's memory. The stream's device is
+// remembered per thread until some stream is destroyed (streams.h), as cudaMallocAsync's.
+static inline int stream_on_device(CUstream s, int device)
+{
+    cudaStream_t rs = (cudaStream_t)s;
+    if (rs == NULL || rs == cci_cudaStreamLegacy || rs == cci_cudaStreamPerThread)
+        return 1;
+    int sd;
+    return cci_stream_device_cached(rs, &sd, ask_stream_primary_device) == 0 && sd == device;
+}
+
 // A serve answer in the driver's terms; -1: the driver's to answer.
 static int driver_answer(int served, CUdeviceptr *dptr, uintptr_t addr)
 {
@@ -193,7 +226,7 @@ static inline __attribute__((always_inline)) CUresult mem_alloc_async(CUdevicept
         const cci_real_driver *t = cci_real_drv();
         // A driver without stream-ordered allocation (older than CUDA 11.2) answers for itself.
         if ((ptsz ? t->cuMemAllocAsync_ptsz : t->cuMemAllocAsync) && !stream_capturing(t, s, ptsz) &&
-            (device = primary_device(t)) >= 0) {
+            (device = primary_device(t)) >= 0 && stream_on_device(s, device)) {
             int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size,
                                          cci_stream_key((cudaStream_t)s, ptsz), &addr);
             int rc = driver_answer(served, dptr, addr);

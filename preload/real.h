@@ -189,6 +189,7 @@ typedef struct CUevent_st *CUevent;
       (dev, flags, active))                                                                  \
     X(cuStreamIsCapturing, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))      \
     X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st)) \
+    X(cuStreamGetCtx, OPTIONAL, (CUstream s, CUcontext * ctx), (s, ctx))                     \
     CCI_REAL_DRIVER_CALLED_FENCES(X)
 
 // ---- VMM block (backend_cuda_vmm.c) ---------------------------------------------------------
