@@ -109,16 +109,14 @@ static int ask_stream_primary_device(cudaStream_t s, int *device)
 {
     const cci_real_driver *t = cci_real_drv();
     CUcontext ctx = NULL;
-    if (!t->cuStreamGetCtx || t->cuStreamGetCtx((CUstream)s, &ctx) != CUDA_SUCCESS || !ctx)
+    if (!t->cuStreamGetCtx || t->cuStreamGetCtx((CUstream)s, &ctx) != CUDA_SUCCESS)
         return -1;
     // Every slot, not only devices with an allocator: the stream's device may have none yet.
-    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
-        if (cci_cuda_backend_primary_peek(d) == ctx) {
-            *device = d;
-            return 0;
-        }
-    }
-    return -1;
+    int d = cci_cuda_backend_primary_device(ctx, CCI_PL_MAX_DEVICES);
+    if (d < 0)
+        return -1;
+    *device = d;
+    return 0;
 }
 
 // 1 when CUDA would draw an allocation on `s` from `device`, the current context's device. A
@@ -337,14 +335,9 @@ CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2)
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
     // Only the primary context holds our segments; destroying any other leaves the pools alone.
-    if (ctx && teardown_applies()) {
-        for (int d = 0, n = cci_state_device_bound(); d < n; d++) {
-            if (cci_cuda_backend_primary(d, 0) == ctx) {
-                cci_state_drop_device(d);
-                break;
-            }
-        }
-    }
+    int d;
+    if (ctx && teardown_applies() && (d = cci_cuda_backend_primary_device(ctx, cci_state_device_bound())) >= 0)
+        cci_state_drop_device(d);
     return real(ctx);
 }
 
