@@ -209,6 +209,15 @@ CUcontext cci_cuda_backend_primary(int device, int retain)
                   : atomic_load_explicit(&cci__primary[device], memory_order_acquire);
 }
 
+int cci_cuda_backend_primary_device(CUcontext ctx, int bound)
+{
+    for (int d = 0; ctx && d < bound && d < CCI_PL_MAX_DEVICES; d++) {
+        if (atomic_load_explicit(&cci__primary[d], memory_order_acquire) == ctx)
+            return d;
+    }
+    return -1;
+}
+
 void cci_cuda_backend_atfork_child(void)
 {
     cci_cuda_vmm_atfork_child();

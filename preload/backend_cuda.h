@@ -29,6 +29,9 @@ static inline CUcontext cci_cuda_backend_primary_peek(int device)
 {
     return atomic_load_explicit(&cci__primary[(unsigned)device % CCI_PL_MAX_DEVICES], memory_order_acquire);
 }
+/// The device below `bound` whose primary context, as the backend holds it, is `ctx`; -1 when
+/// none (another context, or a primary context not retained by us).
+int cci_cuda_backend_primary_device(CUcontext ctx, int bound);
 /// In a fork child: forget the parent's contexts without driver calls.
 void cci_cuda_backend_atfork_child(void);
 

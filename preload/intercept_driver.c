@@ -28,16 +28,18 @@ static inline int driver_level(void)
 }
 
 // The device of the calling thread's current context, when that context is the device's primary
-// context. 0 and *device, or -1 (no context, another context, a device beyond our table).
-// The thread's last answer: a primary context we retain never goes away, so while the thread's
-// current context is still that one, its device is known without asking the driver again.
-static _Thread_local CUcontext last_primary __attribute__((tls_model("initial-exec")));
+// context; -1 otherwise (no context, another context, a device beyond our table).
+// The thread's last answer: when the current context is that device's primary context as we
+// hold it, the device is known without asking the driver again (a primary context we retain
+// never goes away; the slot is emptied before we release it).
 static _Thread_local int last_primary_device __attribute__((tls_model("initial-exec")));
 
-// The search when the thread's current context `cur` is not its last primary context. Out of
-// line: the fast path below is one driver call and two compares (issue 15).
-static __attribute__((noinline)) int primary_device_search(const cci_real_driver *t, CUcontext cur, int *device)
+// The search when the thread's current context `cur` is not its last device's primary context.
+// Out of line, and given nothing it can find itself: the fast path below is one driver call and
+// one compare, and keeps nothing in a register for this call (issue 15).
+static __attribute__((noinline)) int primary_device_search(CUcontext cur)
 {
+    const cci_real_driver *t = cci_real_drv();
     CUdevice dev;
     if (!t->cuCtxGetDevice || t->cuCtxGetDevice(&dev) != CUDA_SUCCESS || (unsigned)dev >= CCI_PL_MAX_DEVICES)
         return -1;
@@ -54,25 +56,25 @@ static __attribute__((noinline)) int primary_device_search(const cci_real_driver
     }
     if (primary != cur)
         return -1;
-    last_primary = cur;
     last_primary_device = dev;
-    *device = dev;
-    return 0;
+    return dev;
 }
 
 // The thread's current context is asked on every call: a context can be made current behind our
-// back (cudart's private driver tables), so no cache of our own could be proved right.
-static inline int primary_device(const cci_real_driver *t, int *device)
+// back (cudart's private driver tables), so no cache of our own could be proved right. What is
+// remembered is only which device's primary context to compare it with first. Answered as a
+// value: a device returned through a pointer was a stack slot, written and read back.
+static inline int primary_device(const cci_real_driver *t)
 {
     CUcontext cur = NULL;
     if (!t->cuCtxGetCurrent || t->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
         return -1;
-    int d = last_primary_device;
-    if (__builtin_expect(cur == last_primary, 1) && cci_cuda_backend_primary_peek(d) == cur) {
-        *device = d;
-        return 0;
-    }
-    return primary_device_search(t, cur, device);
+    // Masked: the compiler then knows it is an ordinal of our table (it always is), and the peek
+    // needs no bounds of its own.
+    int d = last_primary_device & (CCI_PL_MAX_DEVICES - 1);
+    if (__builtin_expect(cci_cuda_backend_primary_peek(d) == cur, 1))
+        return d;
+    return primary_device_search(cur);
 }
 
 // The device of the current context, whichever context it is (for cuMemGetInfo).
@@ -90,7 +92,7 @@ static int current_device(int *device)
 // call must answer). Asked of the driver on every stream-ordered call, because captures begun
 // through the driver or a static cudart never pass our runtime hooks: a cached pointer handed
 // out during a capture would be baked into the graph instead of a MEM_ALLOC node.
-static int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
+static inline __attribute__((always_inline)) int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
 {
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *) =
         ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;
@@ -98,6 +100,37 @@ static int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
         return cci_capture_maybe_active();
     CUstreamCaptureStatus st = 0;
     return is_capturing(s, &st) != CUDA_SUCCESS || st != 0;
+}
+
+// The device of created stream `s` for cci_stream_device_cached: the device whose primary
+// context, as we hold it, the stream belongs to. -1 for a stream of any other context (or a
+// driver without cuStreamGetCtx, older than any with stream-ordered allocation).
+static int ask_stream_primary_device(cudaStream_t s, int *device)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUcontext ctx = NULL;
+    if (!t->cuStreamGetCtx || t->cuStreamGetCtx((CUstream)s, &ctx) != CUDA_SUCCESS)
+        return -1;
+    // Every slot, not only devices with an allocator: the stream's device may have none yet.
+    int d = cci_cuda_backend_primary_device(ctx, CCI_PL_MAX_DEVICES);
+    if (d < 0)
+        return -1;
+    *device = d;
+    return 0;
+}
+
+// 1 when CUDA would draw an allocation on `s` from `device`, the current context's device. A
+// default stream is the current context's; a created stream allocates from "the memory pool
+// current to the stream's device" (cuMemAllocAsync), which the current context need not be on:
+// then the call is the driver's, never another device's memory. The stream's device is
+// remembered per thread until some stream is destroyed (streams.h), as cudaMallocAsync's.
+static inline int stream_on_device(CUstream s, int device)
+{
+    cudaStream_t rs = (cudaStream_t)s;
+    if (rs == NULL || rs == cci_cudaStreamLegacy || rs == cci_cudaStreamPerThread)
+        return 1;
+    int sd;
+    return cci_stream_device_cached(rs, &sd, ask_stream_primary_device) == 0 && sd == device;
 }
 
 // A serve answer in the driver's terms; -1: the driver's to answer.
@@ -118,56 +151,88 @@ static int driver_release_answer(int released)
     return released == CCI_OK ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size)
+// The real calls, for every call we do not serve. Out of line, so that the served path holds
+// neither the real entry point nor the table across its call into the allocator (issue 15).
+// Whenever a call is served the layer is active, so the driver table was loaded with its
+// REQUIRED entries (cuMemAlloc_v2, cuMemFree_v2; real.c): checking an entry only here changes
+// no answer.
+static __attribute__((noinline)) CUresult real_mem_alloc(CUdeviceptr *dptr, size_t size)
 {
     const cci_real_driver *t = cci_real_drv();
-    if (!t->cuMemAlloc_v2)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    int rc = -1, device;
-    uintptr_t addr;
-    // Size 0 and a NULL out-pointer keep the driver's own answers.
-    if (dptr && size != 0 && driver_level() && !cci_serve_plain_alloc_passes() &&
-        primary_device(t, &device) == 0) {
-        int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size, CCI_KEY_LEGACY, &addr);
-        rc = driver_answer(served, dptr, addr);
-    }
-    return rc < 0 ? t->cuMemAlloc_v2(dptr, size) : rc;
+    return t->cuMemAlloc_v2 ? t->cuMemAlloc_v2(dptr, size) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
+static __attribute__((noinline)) CUresult real_mem_free(CUdeviceptr dptr)
 {
     const cci_real_driver *t = cci_real_drv();
-    if (!t->cuMemFree_v2)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    int rc = -1;
-    if (dptr && driver_level())
-        rc = driver_release_answer(cci_serve_release(CCI_LEVEL_DRIVER, "cuMemFree_v2",
-                                                     (uintptr_t)dptr, CCI_KEY_LEGACY,
-                                                     cci_serve_sync_free_mode()));
-    return rc < 0 ? t->cuMemFree_v2(dptr) : rc;
+    return t->cuMemFree_v2 ? t->cuMemFree_v2(dptr) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-// The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
-// (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
-// from it (the real entry point, the name in a message) is kept in a register across the call
-// into the allocator (issue 15).
-static inline __attribute__((always_inline)) CUresult mem_alloc_async(CUdeviceptr *dptr, size_t size,
-                                                                      CUstream s, int ptsz)
+static __attribute__((noinline)) CUresult real_mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                                                              CUstream s, int ptsz)
 {
     const cci_real_driver *t = cci_real_drv();
     CUresult (*real)(CUdeviceptr *, size_t, CUstream) =
         ptsz ? t->cuMemAllocAsync_ptsz : t->cuMemAllocAsync;
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    int rc = -1, device;
+    return real ? real(dptr, size, s) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static __attribute__((noinline)) CUresult real_mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUdeviceptr, CUstream) = ptsz ? t->cuMemFreeAsync_ptsz : t->cuMemFreeAsync;
+    return real ? real(dptr, s) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size)
+{
+    int device;
     uintptr_t addr;
-    if (dptr && size != 0 && driver_level() && !stream_capturing(t, s, ptsz) &&
-        primary_device(t, &device) == 0) {
-        int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size,
-                                     cci_stream_key((cudaStream_t)s, ptsz), &addr);
-        rc = driver_answer(served, dptr, addr);
+    // Size 0 and a NULL out-pointer keep the driver's own answers.
+    if (dptr && size != 0 && driver_level() && !cci_serve_plain_alloc_passes() &&
+        (device = primary_device(cci_real_drv())) >= 0) {
+        int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size, CCI_KEY_LEGACY, &addr);
+        int rc = driver_answer(served, dptr, addr);
+        if (rc >= 0)
+            return rc;
     }
-    return rc < 0 ? real(dptr, size, s) : rc;
+    return real_mem_alloc(dptr, size);
+}
+
+CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
+{
+    if (dptr && driver_level()) {
+        int rc = driver_release_answer(cci_serve_release(CCI_LEVEL_DRIVER, "cuMemFree_v2",
+                                                         (uintptr_t)dptr, CCI_KEY_LEGACY,
+                                                         cci_serve_sync_free_mode()));
+        if (rc >= 0)
+            return rc;
+    }
+    return real_mem_free(dptr);
+}
+
+// The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
+// (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
+// from it (the capture question's entry point, the name in a message) is kept in a register
+// across the call into the allocator (issue 15).
+static inline __attribute__((always_inline)) CUresult mem_alloc_async(CUdeviceptr *dptr, size_t size,
+                                                                      CUstream s, int ptsz)
+{
+    int device;
+    uintptr_t addr;
+    if (dptr && size != 0 && driver_level()) {
+        const cci_real_driver *t = cci_real_drv();
+        // A driver without stream-ordered allocation (older than CUDA 11.2) answers for itself.
+        if ((ptsz ? t->cuMemAllocAsync_ptsz : t->cuMemAllocAsync) && !stream_capturing(t, s, ptsz) &&
+            (device = primary_device(t)) >= 0 && stream_on_device(s, device)) {
+            int served = cci_serve_alloc(CCI_LEVEL_DRIVER, device, size,
+                                         cci_stream_key((cudaStream_t)s, ptsz), &addr);
+            int rc = driver_answer(served, dptr, addr);
+            if (rc >= 0)
+                return rc;
+        }
+    }
+    return real_mem_alloc_async(dptr, size, s, ptsz);
 }
 
 CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
@@ -182,17 +247,16 @@ CUresult cci_pl_cu_mem_alloc_async_ptsz(CUdeviceptr *dptr, size_t size, CUstream
 
 static inline __attribute__((always_inline)) CUresult mem_free_async(CUdeviceptr dptr, CUstream s, int ptsz)
 {
-    const cci_real_driver *t = cci_real_drv();
-    CUresult (*real)(CUdeviceptr, CUstream) = ptsz ? t->cuMemFreeAsync_ptsz : t->cuMemFreeAsync;
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    int rc = -1;
-    if (dptr && driver_level())
-        rc = driver_release_answer(cci_serve_release(
+    const cci_real_driver *t;
+    // A driver without stream-ordered allocation (older than CUDA 11.2) answers for itself.
+    if (dptr && driver_level() && ((t = cci_real_drv()), ptsz ? t->cuMemFreeAsync_ptsz : t->cuMemFreeAsync)) {
+        int rc = driver_release_answer(cci_serve_release(
             CCI_LEVEL_DRIVER, ptsz ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync", (uintptr_t)dptr,
-            cci_stream_key((cudaStream_t)s, ptsz),
-            cci_serve_stream_free_mode(stream_capturing(t, s, ptsz))));
-    return rc < 0 ? real(dptr, s) : rc;
+            cci_stream_key((cudaStream_t)s, ptsz), cci_serve_stream_free_mode(stream_capturing(t, s, ptsz))));
+        if (rc >= 0)
+            return rc;
+    }
+    return real_mem_free_async(dptr, s, ptsz);
 }
 
 CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s) { return mem_free_async(dptr, s, 0); }
@@ -271,14 +335,9 @@ CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2)
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
     // Only the primary context holds our segments; destroying any other leaves the pools alone.
-    if (ctx && teardown_applies()) {
-        for (int d = 0, n = cci_state_device_bound(); d < n; d++) {
-            if (cci_cuda_backend_primary(d, 0) == ctx) {
-                cci_state_drop_device(d);
-                break;
-            }
-        }
-    }
+    int d;
+    if (ctx && teardown_applies() && (d = cci_cuda_backend_primary_device(ctx, cci_state_device_bound())) >= 0)
+        cci_state_drop_device(d);
     return real(ctx);
 }
 

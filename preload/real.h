@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "cuda_abi.h"
+#include "export.h"
 #include "cuda_abi_vmm.h"
 
 // ---- dlsym ----------------------------------------------------------------------------------
@@ -188,6 +189,7 @@ typedef struct CUevent_st *CUevent;
       (dev, flags, active))                                                                  \
     X(cuStreamIsCapturing, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))      \
     X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st)) \
+    X(cuStreamGetCtx, OPTIONAL, (CUstream s, CUcontext * ctx), (s, ctx))                     \
     CCI_REAL_DRIVER_CALLED_FENCES(X)
 
 // ---- VMM block (backend_cuda_vmm.c) ---------------------------------------------------------
@@ -229,8 +231,10 @@ typedef struct cci_real_driver {
 #undef CCI_X
 } cci_real_driver;
 
-extern cci_real_driver cci__drv;
-extern _Atomic int cci__drv_state;
+// Hidden, as the library defines them (export.h): the wrappers read both on every call, and an
+// extern declaration of default visibility costs each read a load from the GOT.
+extern cci_real_driver cci__drv CCI_HIDDEN;
+extern _Atomic int cci__drv_state CCI_HIDDEN;
 enum { CCI_DRV_EMPTY, CCI_DRV_FILLING, CCI_DRV_READY };
 const cci_real_driver *cci__real_drv_find(const void *hint);
 

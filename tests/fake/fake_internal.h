@@ -90,6 +90,7 @@ struct CUstream_st {
     UT_hash_handle hh;
     struct CUstream_st *all_next;
     int dev;
+    struct CUctx_st *ctx; /* the context a created stream belongs to (cuStreamGetCtx) */
     enum stream_kind kind;
     bool blocking; /* implicitly ordered with the legacy default stream */
     bool live;     /* handle may be used */

@@ -67,6 +67,7 @@ static const struct proc_entry k_procs[] = {
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
     PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    PT("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
     PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
     PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
     PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),

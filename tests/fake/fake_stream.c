@@ -403,6 +403,8 @@ FC_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
         return r;
     pthread_mutex_lock(&g_lock);
     struct CUstream_st *s = stream_new_locked(dev, SK_CREATED, !(Flags & CU_STREAM_NON_BLOCKING));
+    if (s)
+        s->ctx = current_ctx();
     pthread_mutex_unlock(&g_lock);
     if (!s)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -573,6 +575,32 @@ static CUresult stream_is_capturing(CUstream h, CUstreamCaptureStatus *st, int p
     }
     pthread_mutex_unlock(&g_lock);
     return r;
+}
+
+/* The context of a created stream; a default stream answers the calling thread's current context
+ * (the driver documents the NULL stream so; the fake answers the per-thread one alike). */
+static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, int per_thread)
+{
+    ENTER();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    struct CUstream_st *s;
+    CUresult r = resolve_stream_locked(h, per_thread, &s);
+    if (!r)
+        *pctx = s->kind == SK_CREATED ? s->ctx : current_ctx();
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+FC_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    return stream_get_ctx(hStream, pctx, 0);
+}
+
+FC_API CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    return stream_get_ctx(hStream, pctx, 1);
 }
 
 FC_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
