@@ -71,6 +71,7 @@ static inline int primary_device(const cci_real_driver *t)
         return -1;
     // Masked: the compiler then knows it is an ordinal of our table (it always is), and the peek
     // needs no bounds of its own.
+    _Static_assert((CCI_PL_MAX_DEVICES & (CCI_PL_MAX_DEVICES - 1)) == 0, "the mask needs a power of two");
     int d = last_primary_device & (CCI_PL_MAX_DEVICES - 1);
     if (__builtin_expect(cci_cuda_backend_primary_peek(d) == cur, 1))
         return d;
