@@ -297,6 +297,24 @@ with tempfile.TemporaryDirectory() as d:
     drv_line = line("pair 20 MiB: driver hooks alone (driver API)")
     check("100 ns" in drv_line and "140 ns" in drv_line and "cudart +40 ns" in drv_line,
           f"driver split: medians 100 and 140 ns, the static cudart's share 40: {drv_line!r}")
+    check(line("fastest process, pair 512 B: ours default").split()[7:9] == ["70", "ns"]
+          and line("fastest process, pair 512 B: ours default").rstrip().endswith(" met"),
+          "fastest process: ours default's lowest of 70, 200, 90 is 70 ns, met")
+    check(line("fastest process, mixed: ours default").rstrip().endswith(" met"), "fastest mixed 140: met")
+
+    # The host's two speeds: a median over three processes in the slow one misses a target that the
+    # fastest process meets; both lines are printed, each with its own verdict.
+    results["ours async"] = rounds([80, 85, 50], 120)
+    table[0]["ours async"] = 80
+    with open(os.path.join(d, "bench_alloc.json"), "w") as fh:
+        json.dump({"results": results, "table": table}, fh)
+    p = subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), "bench", d],
+                       capture_output=True, text=True, timeout=60)
+    out = p.stdout
+    check(line("pair 512 B: ours async pair (same stream)").rstrip().endswith("NOT met")
+          and line("fastest process, pair 512 B: ours async pair").rstrip().endswith(" met")
+          and " 50 ns" in line("fastest process, pair 512 B: ours async pair"),
+          "async pair: median 80 NOT met, fastest process 50 met, both shown")
 
 print(f"{len(failures)} failure(s)" if failures else "all report checks passed")
 sys.exit(1 if failures else 0)
