@@ -649,8 +649,14 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
 // cached path of cci_malloc saves none of the registers this one needs (issue 15: ~50
 // instructions a pair when both entry points carried the locked paths' frames). `skipped`: the
 // fast path was not asked (tc_fast 0), so the caller's time aside is counted here (tcache.h).
-// Not cloned per value of `skipped`: one copy of the policy.
-static __attribute__((noinline, noclone)) int malloc_locked(cci_allocator *a, size_t rounded, size_t size,
+// Not cloned per value of `skipped`: one copy of the policy (GCC's noclone; clang, which the
+// fuzz targets are built with, neither knows the attribute nor clones this function).
+#if defined(__GNUC__) && !defined(__clang__)
+#define CCI_NOCLONE __attribute__((noclone))
+#else
+#define CCI_NOCLONE
+#endif
+static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a, size_t rounded, size_t size,
                                                             uint64_t stream, uintptr_t *out, int skipped)
 {
     int small = cci_is_small(rounded);
