@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "grow.h"
 #include "tcache.h"
 #include "expandable.h"
 #include "log.h"
@@ -133,14 +134,10 @@ cci_segment *cci__segment_of(cci_allocator *a, uintptr_t p)
 // cannot fail and leak device memory.
 int cci__seg_grow(cci_allocator *a)
 {
-    if (a->nsegs < a->segcap)
-        return 0;
-    size_t cap = a->segcap ? a->segcap * 2 : 64;
-    cci_segment **n = realloc(a->segs, cap * sizeof *n);
+    cci_segment **n = cci_grow(a->segs, &a->segcap, a->nsegs, sizeof *n, 64);
     if (!n)
         return -1;
     a->segs = n;
-    a->segcap = cap;
     return 0;
 }
 

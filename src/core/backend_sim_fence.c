@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "backend_sim_fence.h"
+#include "grow.h"
 
 typedef struct sim_stream {
     uint64_t key;
@@ -63,14 +64,10 @@ static sim_stream *stream_entry(cci_sim_fences *f, uint64_t key)
     for (size_t i = 0; i < f->nstreams; i++)
         if (f->streams[i].key == key)
             return &f->streams[i];
-    if (f->nstreams == f->stream_cap) {
-        size_t cap = f->stream_cap ? f->stream_cap * 2 : 8;
-        sim_stream *n = realloc(f->streams, cap * sizeof *n);
-        if (!n)
-            return NULL;
-        f->streams = n;
-        f->stream_cap = cap;
-    }
+    sim_stream *n = cci_grow(f->streams, &f->stream_cap, f->nstreams, sizeof *n, 8);
+    if (!n)
+        return NULL;
+    f->streams = n;
     f->streams[f->nstreams] = (sim_stream){key, 0};
     return &f->streams[f->nstreams++];
 }
@@ -98,13 +95,11 @@ static int sim_fence_record(void *ctx, int device, uint64_t stream, cci_fence *o
     pthread_mutex_lock(&f->lock);
     if (stream != CCI_STREAM_ALL && !stream_entry(f, stream))
         goto out;
-    if (!f->free_head && f->nfences == f->fence_cap) {
-        size_t cap = f->fence_cap ? f->fence_cap * 2 : 16;
-        sim_fence *n = realloc(f->fences, cap * sizeof *n);
+    if (!f->free_head) {
+        sim_fence *n = cci_grow(f->fences, &f->fence_cap, f->nfences, sizeof *n, 16);
         if (!n)
             goto out;
         f->fences = n;
-        f->fence_cap = cap;
     }
     size_t slot;
     if (f->free_head) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "grow.h"
 #include "log.h"
 
 // (size, addr) as one 128-bit number: one compare-and-borrow orders both, where comparing the two
@@ -237,14 +238,10 @@ int cci__free_set_add_stream(cci_free_set *fs, uint64_t stream)
 {
     if (stream_bins(fs, stream))
         return 0;
-    if (fs->nstreams == fs->cap) {
-        size_t cap = fs->cap ? fs->cap * 2 : 4;
-        cci_stream_bins **n = realloc(fs->streams, cap * sizeof *n);
-        if (!n)
-            return -1;
-        fs->streams = n;
-        fs->cap = cap;
-    }
+    cci_stream_bins **n = cci_grow(fs->streams, &fs->cap, fs->nstreams, sizeof *n, 4);
+    if (!n)
+        return -1;
+    fs->streams = n;
     cci_stream_bins *sb = calloc(1, sizeof *sb);
     if (!sb)
         return -1;

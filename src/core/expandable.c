@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "expandable.h"
+#include "grow.h"
 #include "tcache.h"
 #include "log.h"
 
@@ -207,14 +208,9 @@ static void pool_put(cci_allocator *a, cci_exp_page p, size_t page)
 {
     cci_exp *e = a->exp;
     if ((e->pool_n + 1) * page <= pool_limit(a) || pool_page_waits(&p)) {
-        if (e->pool_n == e->pool_cap) {
-            size_t cap = e->pool_cap ? e->pool_cap * 2 : 64;
-            cci_exp_page *n = realloc(e->pool, cap * sizeof *n);
-            if (n) {
-                e->pool = n;
-                e->pool_cap = cap;
-            }
-        }
+        cci_exp_page *n = cci_grow(e->pool, &e->pool_cap, e->pool_n, sizeof *n, 64);
+        if (n)
+            e->pool = n;
         if (e->pool_n < e->pool_cap) {
             e->pool[e->pool_n++] = p;
             e->pool_waiting += pool_page_waits(&p);
@@ -994,14 +990,12 @@ static void compact_reclaim(cci_allocator *a, size_t target, uintptr_t keep_lo, 
             inner_pages(b, &lo, &hi);
             if (lo >= hi)
                 continue;
-            if (n == cap) {
-                victim *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof *v);
-                if (!nv) {  // host out of memory: grow without giving pages back this time
-                    free(v);
-                    return;
-                }
-                v = nv;
+            victim *nv = cci_grow(v, &cap, n, sizeof *v, 64);
+            if (!nv) {  // host out of memory: grow without giving pages back this time
+                free(v);
+                return;
             }
+            v = nv;
             v[n++] = (victim){b, lo, hi, s->stream != stream};
         }
     }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "sim_vmm.h"
+#include "grow.h"
 
 // Ranges come from their own part of the simulated address space, below the ordinary segments
 // (backend_sim.c starts those at 0x7f0000000000), and are never reused.
@@ -101,14 +102,10 @@ __attribute__((format(printf, 2, 3))) static int refuse(sim_vmm *v, const char *
 
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 64;
-    void *p = realloc(*arr, c * elem);
+    void *p = cci_grow(*arr, cap, n, elem, 64);
     if (!p)
         return -1;
     *arr = p;
-    *cap = c;
     return 0;
 }
 

@@ -7,6 +7,7 @@
 // GATE_OPEN -> GATE_STOPPED (a lock holder owns the cache) -> GATE_OPEN. A fast path never waits:
 // when it finds the gate stopped it takes the locked path, which waits on the mutex instead.
 #include "tcache.h"
+#include "grow.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -840,14 +841,10 @@ int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)
 {
     if (!a->tcs)
         return 0;
-    if (a->nevq == a->evq_cap) {
-        size_t cap = a->evq_cap ? a->evq_cap * 2 : 256;
-        cci_tc_event *q = realloc(a->evq, cap * sizeof *q);
-        if (!q)
-            return 0;  // host out of memory: told at once, a little out of order
-        a->evq = q;
-        a->evq_cap = cap;
-    }
+    cci_tc_event *q = cci_grow(a->evq, &a->evq_cap, a->nevq, sizeof *q, 256);
+    if (!q)
+        return 0;  // host out of memory: told at once, a little out of order
+    a->evq = q;
     a->evq[a->nevq++] = *ev;
     return 1;
 }
