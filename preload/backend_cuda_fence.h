@@ -23,6 +23,12 @@ void cci_cuda_fence_retire_stream(CUstream s, int device, unsigned long long bor
 /// newest first, up to the first still pending.
 int cci_cuda_fence_retired_done(void);
 
+/// A non-blocking stream just registered, its handle not yet the program's, once a fence was ever
+/// taken as a barrier or ordered instead of waited for (THE BARRIER, THE ORDER): the stream
+/// waits for the legacy stream's earlier work before any of its own (or, failing that, the
+/// legacy stream is synchronised), so no block handed out before can meet old work there.
+void cci_cuda_fence_order_new_stream(CUstream s, int device);
+
 /// The stream's registry entry goes without a retire (its device's context goes): frees the
 /// cover; its events went with the context. NULL is fine.
 void cci_cuda_fence_forget_cover(cci_stream_cover *cover);

@@ -139,7 +139,8 @@ typedef struct CUevent_st *CUevent;
     X(cuEventSynchronize, OPTIONAL, (CUevent e), (e))                                        \
     X(cuEventDestroy_v2, OPTIONAL, (CUevent e), (e))                                         \
     X(cuStreamQuery, OPTIONAL, (CUstream s), (s))                                            \
-    X(cuStreamSynchronize, OPTIONAL, (CUstream s), (s))
+    X(cuStreamSynchronize, OPTIONAL, (CUstream s), (s))                                      \
+    X(cuStreamWaitEvent, OPTIONAL, (CUstream s, CUevent e, unsigned flags), (s, e, flags))
 // ---- end of issue 12 (driver)
 
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.

@@ -137,7 +137,9 @@ void cci_rule_stream_create_begin(unsigned flags)
     creating++;
     if (flags & CCI_CU_STREAM_NON_BLOCKING)
         atomic_fetch_add(&nonblocking_creating, 1);
-    fence_from_now_locked(CCI_RULE_STREAM_CREATED, (flags & CCI_CU_STREAM_NON_BLOCKING) != 0);
+    // A non-blocking stream after barriers or orders needs no synchronisation here: its
+    // registration makes it wait for the legacy stream's earlier work (cci_stream_registry_add).
+    fence_from_now_locked(CCI_RULE_STREAM_CREATED, 0);
     pthread_mutex_unlock(&switch_lock);
 }
 
@@ -159,6 +161,14 @@ int cci_rule_fence_is_barrier(void)
     atomic_store(&barriers_granted, 1);  // before the checks: see sync_after_barriers
     return !(atomic_load(&lasting) & UNORDERED_BY_LEGACY) && !atomic_load(&nonblocking_creating) &&
            !atomic_load(&nonblocking_live);
+}
+
+int cci_rule_fence_may_order(void)
+{
+    if (stream_rule_disabled())
+        return 0;
+    atomic_store(&barriers_granted, 1);  // before the check, as for THE BARRIER
+    return !(atomic_load(&lasting) & UNORDERED_BY_LEGACY);
 }
 
 // Switch lock held. Whether the program's work can only be ordered again (THE RETURN): every
@@ -242,6 +252,7 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
 {
     if (!s)
         return;
+    int added = 0;
     pthread_mutex_lock(&registry_lock);
     // A runtime creation reaches our driver wrapper too (on a real cudart): one entry.
     if (find_locked(s) < 0) {
@@ -267,8 +278,16 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
         atomic_store(&epoch, born);
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
         created++;
+        added = 1;
     }
     pthread_mutex_unlock(&registry_lock);
+    // Blocks handed out under a barrier or an order may still have old work queued that a
+    // non-blocking stream's work would not be ordered after. Read after the registry knows the
+    // stream (seq_cst): a barrier's record or an order's look that set the flag later sees this
+    // stream (creating, live or in the registry) and covers it; one that set it earlier is seen
+    // here. The handle is not the program's yet.
+    if (added && (flags & CCI_CU_STREAM_NON_BLOCKING) && atomic_load(&barriers_granted))
+        cci_cuda_fence_order_new_stream(s, device);
 }
 
 void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device,

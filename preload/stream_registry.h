@@ -105,6 +105,12 @@ void cci_rule_stream_create_end(unsigned flags);
 /// destroyed streams' last work has run. Marks that barriers were taken (stays marked).
 int cci_rule_fence_is_barrier(void);
 
+/// THE ORDER (backend_cuda_fence.c): called before a fence's order is given in place of a wait.
+/// 1 when nothing but non-blocking streams lies outside the legacy stream's implicit
+/// synchronisation (one device, no peer access, no capture); the caller covers those streams.
+/// Marks that barriers were taken, as cci_rule_fence_is_barrier does.
+int cci_rule_fence_may_order(void);
+
 /// How many times the rule may return to ordered in one process (THE RETURN).
 #define CCI_RULE_MAX_RETURNS 16
 

@@ -197,10 +197,11 @@ int cci__fenced_could_fit(const cci_allocator *a, size_t rounded, int small, uin
 /// Waits for the oldest fence whose batches (with the older ones) free at least `rounded` bytes
 /// usable by a request of this pool and stream, and makes them reusable. 0 when no pending batch
 /// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`
-/// newest closed batches are not considered (0: all are).
+/// newest closed batches are not considered (0: all are). Where the backend can order all later
+/// work after that fence instead (fence_ops.order), the host does not wait.
 int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare);
-/// Waits for the oldest closed batch and makes it reusable. 0 when there is none (or the wait
-/// failed: its blocks went to the deferred queue).
+/// Waits for the oldest closed batch (or has the backend order it) and makes it reusable. 0 when
+/// there is none (or the wait failed: its blocks went to the deferred queue).
 int cci__fenced_wait_oldest(cci_allocator *a);
 /// Bytes in the closed batches still behind their fence.
 size_t cci__fenced_pending_bytes(const cci_allocator *a);

@@ -101,6 +101,14 @@ typedef struct cci_backend_fence_ops {
     /// is recorded. It says nothing about the fence having PASSED: old work may still run, so a
     /// page is still unmapped only once a fence has passed (query, wait).
     int (*orders)(void *ctx, int device, cci_fence f);
+    /// Optional (NULL: never): asked instead of a wait when a pending batch is wanted for reuse
+    /// (never for unmapping): 1 when the backend has just made every use of memory queued from
+    /// now on ordered after every use queued before `f` was recorded, without blocking the host
+    /// (on CUDA: every non-blocking stream was idle and now waits for f's legacy event), so the
+    /// blocks freed before `f` and before every older fence may go to new owners at once, as
+    /// after `orders`. 0 when it cannot now (the core then waits). Like `orders`, it says
+    /// nothing about the fence having PASSED.
+    int (*order)(void *ctx, int device, cci_fence f);
 } cci_backend_fence_ops;
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
@@ -161,6 +169,11 @@ void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams);
 void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams);
 /// Whether fences recorded from now on order all later work at once (fence_ops.orders).
 void cci_sim_set_fence_orders(cci_sim_device *sim, int orders);
+/// Whether a wait for reuse is answered by fence_ops.order (1) instead of a wait, as the CUDA
+/// backend does when every non-blocking stream is idle; counted apart from the waits.
+void cci_sim_set_fence_order(cci_sim_device *sim, int order);
+/// Waits for reuse answered by fence_ops.order (cci_sim_set_fence_order) so far.
+uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim);
 /// Fence queries the core made (fence_ops.query), for tests and replay.
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.

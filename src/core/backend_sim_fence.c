@@ -38,6 +38,8 @@ struct cci_sim_fences {
     unsigned width;  // the stream events a fence costs, as the backend reports it (0: 1)
     unsigned busy;   // the streams it reports busy at its looks (fence_ops.busy)
     int orders;      // fences recorded now order all later work (fence_ops.orders)
+    int order;       // a wait for reuse is answered by ordering instead (fence_ops.order)
+    uint64_t orders_made;
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -184,6 +186,20 @@ static int sim_fence_orders(void *ctx, int device, cci_fence h)
     return rc;
 }
 
+// Orders instead of waiting: the device does not catch up (the host never blocked), so fences
+// recorded after stay behind it as before.
+static int sim_fence_order(void *ctx, int device, cci_fence h)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    int rc = fence_at(f, h) ? f->order : CCI_EBACKEND;
+    if (rc == 1)
+        f->orders_made++;
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
 static void sim_fence_release(void *ctx, int device, cci_fence h)
 {
     (void)device;
@@ -207,6 +223,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .width = sim_fence_width,
     .busy = sim_fence_busy,
     .orders = sim_fence_orders,
+    .order = sim_fence_order,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -227,6 +244,17 @@ void cci_sim_set_fence_width(cci_sim_device *sim, unsigned streams) { SET_UNDER_
 void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams) { SET_UNDER_LOCK(sim, busy, streams); }
 
 void cci_sim_set_fence_orders(cci_sim_device *sim, int orders) { SET_UNDER_LOCK(sim, orders, orders != 0); }
+
+void cci_sim_set_fence_order(cci_sim_device *sim, int order) { SET_UNDER_LOCK(sim, order, order != 0); }
+
+uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    uint64_t n = f->orders_made;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
 
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim)
 {

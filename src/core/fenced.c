@@ -198,6 +198,29 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
     }
 }
 
+// Instead of a wait, where a pending batch is wanted for reuse: the backend orders every later
+// use after fb's fence without blocking the host (backend.h, order). Then fb and every older
+// batch are reusable at once, as after a barrier (their old work is before fb's fence, and all
+// new work is after it). Unmapping never comes here: it waits for fences that have passed.
+// 1 when it did.
+static int order_batch(cci_allocator *a, cci_fence_batch *fb)
+{
+    if (!a->fences->order || a->fences->order(a->be.ctx, a->device, fb->fence) != 1)
+        return 0;
+    for (;;) {
+        int last = a->fb_head == fb;  // fb may be freed by the call below
+        complete_oldest(a);
+        if (last)
+            return 1;
+    }
+}
+
+// A pending batch wanted for reuse: ordered if the backend can, else waited for.
+static int reuse_batch(cci_allocator *a, cci_fence_batch *fb)
+{
+    return order_batch(a, fb) || wait_batch(a, fb);
+}
+
 size_t cci__fenced_pending_bytes(const cci_allocator *a)
 {
     size_t n = 0;
@@ -208,7 +231,7 @@ size_t cci__fenced_pending_bytes(const cci_allocator *a)
 
 int cci__fenced_wait_oldest(cci_allocator *a)
 {
-    return a->fb_head ? wait_batch(a, a->fb_head) : 0;
+    return a->fb_head ? reuse_batch(a, a->fb_head) : 0;
 }
 
 // Would `b` be free once the batches up to the wave-th (oldest first) have passed?
@@ -284,7 +307,7 @@ int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t s
     for (cci_fence_batch *fb = a->fb_head; fb; fb = fb->next)
         for (cci_block *b = fb->head; b; b = b->pend_next)
             b->wave = 0;
-    return target ? wait_batch(a, target) : 0;
+    return target ? reuse_batch(a, target) : 0;
 }
 
 int cci__fenced_drain(cci_allocator *a)

@@ -348,6 +348,7 @@ struct fakecu_event_calls {
     unsigned long long event_records;  /* cuEventRecord */
     unsigned long long event_queries;  /* cuEventQuery */
     unsigned long long event_syncs;    /* cuEventSynchronize */
+    unsigned long long stream_waits;   /* cuStreamWaitEvent */
 };
 void fakecu_get_event_calls(struct fakecu_event_calls *out);
 /* Zero allocs/frees/sync/procaddress/event-call counters (not used bytes, not live allocations). */

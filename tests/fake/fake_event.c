@@ -126,6 +126,7 @@ static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int
     ENTER();
     if (flags)
         return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_add(&g_cnt_stream_wait_event, 1);
     pthread_mutex_lock(&g_lock);
     struct CUevent_st *e = event_find_locked(hEvent);
     struct CUstream_st *s = NULL;

@@ -203,7 +203,8 @@ extern unsigned long long g_alloc_attempts;
 extern unsigned long long g_fail_at;
 extern atomic_ullong g_cnt_allocs, g_cnt_frees, g_cnt_sync, g_cnt_ctx_sync;
 /* What a fence costs the host (fakecu_get_event_calls). */
-extern atomic_ullong g_cnt_stream_query, g_cnt_event_record, g_cnt_event_query, g_cnt_event_sync;
+extern atomic_ullong g_cnt_stream_query, g_cnt_event_record, g_cnt_event_query, g_cnt_event_sync,
+    g_cnt_stream_wait_event;
 extern struct pa_count *g_pa;
 extern size_t g_npa;
 extern unsigned long long g_pa_total;

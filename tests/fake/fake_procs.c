@@ -255,6 +255,7 @@ FC_API void fakecu_get_event_calls(struct fakecu_event_calls *out)
     out->event_records = atomic_load(&g_cnt_event_record);
     out->event_queries = atomic_load(&g_cnt_event_query);
     out->event_syncs = atomic_load(&g_cnt_event_sync);
+    out->stream_waits = atomic_load(&g_cnt_stream_wait_event);
 }
 
 FC_API void fakecu_reset_counters(void)
@@ -267,6 +268,7 @@ FC_API void fakecu_reset_counters(void)
     atomic_store(&g_cnt_event_record, 0);
     atomic_store(&g_cnt_event_query, 0);
     atomic_store(&g_cnt_event_sync, 0);
+    atomic_store(&g_cnt_stream_wait_event, 0);
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_npa; i++)
         g_pa[i].n = 0;

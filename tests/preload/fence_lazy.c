@@ -26,8 +26,9 @@
 //                 forgotten, and fences, sweeps and reuse work afterwards.
 //   poor-fit-idle / poor-fit-busy  a poor fit (a free block three times the request) beside two
 //                 pending blocks that fit, in the two newest batches, the fence dear (the pool).
-//                 With every side stream idle at the backend's last look the allocation waits for
-//                 the older fitting block's batch; with a side stream busy then (a late write held
+//                 With every side stream idle at the backend's last look the allocation reuses
+//                 the older fitting block's batch, the side streams ordered after its fence
+//                 instead of a host wait (THE ORDER); with a side stream busy then (a late write held
 //                 on W), the newest batches are spared and the poor fit is split instead.
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
@@ -512,16 +513,24 @@ static void poor_fit(int busy)
     CUDA_OK(cudaFree(b));
     CUDA_OK(cudaMalloc(&keep[3], 4 * BIG));
     uint64_t waits0 = ptest_stats(&api, 0).num_fence_waits;
+    struct fakecu_event_calls c0 = calls();
     CUDA_OK(cudaMalloc(&r, BIG));
+    struct fakecu_event_calls c1 = calls();
     uint64_t waits = ptest_stats(&api, 0).num_fence_waits - waits0;
-    printf("poor-fit-%s: r %s, %llu host waits\n", busy ? "busy" : "idle",
-           r == a ? "= a (waited)" : r == big ? "= the poor fit (split)" : "elsewhere", (unsigned long long)waits);
+    unsigned long long ordered = c1.stream_waits - c0.stream_waits;
+    printf("poor-fit-%s: r %s, %llu host waits, %llu stream waits queued\n", busy ? "busy" : "idle",
+           r == a ? "= a (its batch reused)" : r == big ? "= the poor fit (split)" : "elsewhere",
+           (unsigned long long)waits, ordered);
     if (busy) {
         CHECK(r == big, "a side stream busy at the last look: the newest batches are spared, the poor fit split");
-        CHECK(waits == 0, "and the host did not wait (%llu waits)", (unsigned long long)waits);
+        CHECK(waits == 0 && ordered == 0, "and the host did not wait (%llu waits, %llu stream waits)",
+              (unsigned long long)waits, ordered);
     } else {
-        CHECK(r == a, "every side stream idle at the last look: the older fitting block's batch waited for");
-        CHECK(waits == 1, "one host wait (%llu)", (unsigned long long)waits);
+        CHECK(r == a, "every side stream idle at the last look: the older fitting block's batch reused");
+        // THE ORDER: every side stream idle, so the fence is ordered instead of waited for: each
+        // live non-blocking stream (the pool and W) waits for its legacy event; the host does not.
+        CHECK(waits == 0, "no host wait (%llu)", (unsigned long long)waits);
+        CHECK(ordered == POOL + 1, "each of the %d side streams ordered after the fence (%llu)", POOL + 1, ordered);
     }
     CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
     CUDA_OK(fakecuda_stream_hold(w, 0));

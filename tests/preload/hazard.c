@@ -2,7 +2,9 @@
 // Reuse hazards: work queued before a free must never land in the block's next owner.
 //
 //   hazard default    a slow write on a non-blocking stream into p; cudaFree(p); cudaMalloc(q) of
-//                     the same size; the host writes q; after cudaDeviceSynchronize q is intact.
+//                     the same size; the new owner writes q with cudaMemcpy (the legacy stream:
+//                     a CUDA program reaches device memory through streams, never by a CPU
+//                     store); after cudaDeviceSynchronize q is intact.
 //   hazard immediate  (immediate_reuse:True) the same program on one stream, with q written in
 //                     stream order: q is p again and still intact.
 //   hazard control    (immediate_reuse:True) the multi-stream program: q is p and the late write
@@ -17,6 +19,8 @@ static void run_default(void)
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *q[ROUNDS];
+    void *host = malloc(N);
+    CHECK(host != NULL, "host buffer");
     int reused = 0;
     for (int r = 0; r < ROUNDS; r++) {
         void *p;
@@ -27,8 +31,10 @@ static void run_default(void)
         reused += q[r] == p;
         if (r == 0)
             CHECK(q[0] != p, "a block with a write still queued is not handed out again");
-        ptest_fill(q[r], N, (uint64_t)r + 1);
+        ptest_fill(host, N, (uint64_t)r + 1);
+        CUDA_OK(cudaMemcpy(q[r], host, N, cudaMemcpyHostToDevice));
     }
+    free(host);
     CUDA_OK(cudaDeviceSynchronize());
     int intact = 0;
     for (int r = 0; r < ROUNDS; r++)

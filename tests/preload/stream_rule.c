@@ -173,11 +173,32 @@ static void barrier(const ptest_api *api)
           "allocations)", (unsigned long long)d.num_fence_waits, fakecuda_device_allocs());
     fakecuda_reset_counters();
     CUDA_OK(cudaStreamCreateWithFlags(&nonblocking, cudaStreamNonBlocking));
-    CHECK(fakecuda_ctx_sync_calls() == 1, "a non-blocking stream after barriers: one "
-          "synchronisation (%llu)", fakecuda_ctx_sync_calls());
+    struct fakecu_event_calls c;
+    fakecu_get_event_calls(&c);
+    CHECK(fakecuda_ctx_sync_calls() == 0 && fakecuda_sync_calls() == 0 && c.stream_waits == 1,
+          "a non-blocking stream after barriers: no synchronisation (%llu), it waits for the legacy "
+          "stream's earlier work instead (%llu stream waits)", fakecuda_ctx_sync_calls(), c.stream_waits);
     d = held_pairs(api);
-    CHECK(d.num_fence_waits > 0, "a non-blocking stream live: fences are waited for again (%llu)",
-          (unsigned long long)d.num_fence_waits);
+    fakecu_get_event_calls(&c);
+    CHECK(d.num_fence_waits == 0 && c.stream_waits > 0 && fakecuda_device_allocs() <= 1,
+          "a non-blocking stream live and idle: no barrier, but each fence wanted is ordered instead "
+          "of waited for (%llu waits, %llu stream waits, %llu device allocations)",
+          (unsigned long long)d.num_fence_waits, c.stream_waits, fakecuda_device_allocs());
+    // The same with the side stream busy (work held on it): ordered on the GPU too, the legacy
+    // stream waiting for a sweep of the side stream, then the side stream for the legacy one.
+    void *side;
+    CUDA_OK(cudaMalloc(&side, N));
+    CUDA_OK(fakecuda_stream_hold(nonblocking, 1));
+    CUDA_OK(cudaMemsetAsync(side, 1, N, nonblocking));
+    d = held_pairs(api);
+    fakecu_get_event_calls(&c);
+    CHECK(d.num_fence_waits == 0 && c.stream_waits >= 2 && fakecuda_device_allocs() <= 1,
+          "a non-blocking stream busy: still ordered, not waited for (%llu waits, %llu stream waits, "
+          "%llu device allocations)", (unsigned long long)d.num_fence_waits, c.stream_waits,
+          fakecuda_device_allocs());
+    CUDA_OK(fakecuda_stream_hold(nonblocking, 0));
+    CUDA_OK(cudaStreamSynchronize(nonblocking));
+    CUDA_OK(cudaFree(side));
     CUDA_OK(cudaStreamDestroy(nonblocking));
     CUDA_OK(cudaStreamDestroy(blocking));
 }
