@@ -128,6 +128,10 @@ static unsigned generation[CCI_PL_MAX_DEVICES];
 // that every fence numbered up to the value read was recorded, hence its frees issued, before
 // the question: see cover_stream.
 static _Atomic unsigned long long fence_clock;
+// THE ORDER: every fence with seq <= ordered_upto orders all later work (a round made every live
+// non-blocking stream wait for an event recorded after it, and left no stream unasked). Never
+// a reason to call a fence passed: unmapping asks query and wait, which still look.
+static _Atomic unsigned long long ordered_upto;
 // When the last look at the non-blocking streams ended, and what it cost the host (ns).
 static _Atomic unsigned long long last_look_end, last_look_cost;
 // How many non-blocking streams the last look that found anything out saw busy (fence_busy).
@@ -142,7 +146,7 @@ static _Atomic unsigned last_look_busy;
 enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
-    shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections;
+    shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
@@ -176,8 +180,9 @@ void cci_cuda_fence_log_costs(void)
             atomic_load(&stream_idle_answers), atomic_load(&sweeps_recorded),
             atomic_load(&shared_queries), atomic_load(&looks_put_off));
     if (atomic_load(&orders_made) || atomic_load(&orders_refused))
-        cci_log(CCI_LOG_INFO, "fences ordered on the GPU instead of waited for: %llu (%llu stream "
-                "waits queued, %.1f ms); %llu refused (the host waited)", atomic_load(&orders_made),
+        cci_log(CCI_LOG_INFO, "fences ordered on the GPU instead of waited for: %llu rounds, %llu "
+                "more covered by an earlier round (%llu stream waits queued, %.1f ms); %llu refused "
+                "(the host waited)", atomic_load(&orders_made), atomic_load(&orders_covered),
                 atomic_load(&order_injections), ns[COST_ORDER] / 1e6, atomic_load(&orders_refused));
 }
 
@@ -773,6 +778,7 @@ typedef struct order_round {
     unsigned long long streams;  // the fence's registry epoch: streams born later had no old work
     int device;              // the fence's device: its legacy stream waits for the sweeps
     unsigned busy;           // streams that answered busy (swept, the legacy stream waits)
+    int skipped;             // a stream born after the fence's record was not asked
     CUevent target;          // what every non-blocking stream waits for (pass two)
 } order_round;
 
@@ -783,8 +789,10 @@ static int order_ask(const cci_stream_ref *ref, void *arg)
 {
     order_round *o = arg;
     const cci_real_driver *t = cci_real_drv();
-    if (ref->born > o->streams)
+    if (ref->born > o->streams) {
+        o->skipped = 1;
         return 0;  // registered after the record: none of its work is the old owners'
+    }
     count(&stream_checks);
     CUresult q = t->cuStreamQuery(ref->s);
     if (q == CUDA_SUCCESS) {
@@ -842,23 +850,26 @@ static int order_inject(const cci_stream_ref *ref, void *arg)
 // whatever was queued meanwhile only orders more).
 static int order_now(cuda_fence *f)
 {
-    order_round o = {.now = atomic_load(&fence_clock), .streams = f->streams, .device = f->ev[0].device,
-                     .target = f->ev[0].ev};
+    order_round o = {.now = atomic_load(&fence_clock), .streams = f->streams, .device = f->ev[0].device};
     if (cci_stream_registry_each_nonblocking(order_ask, &o))
         return 0;
+    // The target: the legacy stream's tail, after every fence up to `now` and after its waits for
+    // the sweeps, so this round orders every fence up to `now`, not only f (ordered_upto).
     unsigned gen = 0;
-    CUevent after_sweeps = NULL;
-    if (o.busy) {
-        after_sweeps = record_event(o.device, CCI_CU_STREAM_LEGACY, &gen);
-        if (!after_sweeps)
-            return 0;
-        o.target = after_sweeps;
-    }
+    o.target = record_event(o.device, CCI_CU_STREAM_LEGACY, &gen);
+    if (!o.target)
+        return 0;
     int ok = cci_stream_registry_each_nonblocking(order_inject, &o) == 0;
-    if (after_sweeps) {
-        pthread_mutex_lock(&pool_lock);
-        pool_put_locked(o.device, after_sweeps, gen);
-        pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_lock(&pool_lock);
+    pool_put_locked(o.device, o.target, gen);  // the waits took the event's state at the call
+    pthread_mutex_unlock(&pool_lock);
+    if (ok) {
+        // Streams born after f's record were not asked (no old work of f's); later fences may
+        // have some there, so then only f counts as ordered.
+        unsigned long long upto = o.skipped ? f->seq : o.now;
+        unsigned long long cur = atomic_load(&ordered_upto);
+        while (cur < upto && !atomic_compare_exchange_weak(&ordered_upto, &cur, upto))
+            ;
     }
     return ok;
 }
@@ -871,6 +882,10 @@ static int fence_order(void *ctx, int device, cci_fence handle)
     const cci_real_driver *t = cci_real_drv();
     if (f->barrier)
         return 1;  // ordered at its record already
+    if (f->n == 1 && f->seq <= atomic_load(&ordered_upto)) {
+        count(&orders_covered);  // by a round after its record
+        return 1;
+    }
     if (f->n != 1 || !t->cuStreamWaitEvent || cci_capture_maybe_active() ||
         atomic_load(&cci__stream_registry_incomplete))
         return 0;
@@ -1052,6 +1067,8 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&orders_made, 0);
     atomic_store(&orders_refused, 0);
     atomic_store(&order_injections, 0);
+    atomic_store(&orders_covered, 0);
+    atomic_store(&ordered_upto, 0);
     for (int k = 0; k < COST_KINDS; k++) {
         atomic_store(&cost_calls[k], 0);
         atomic_store(&cost_events[k], 0);

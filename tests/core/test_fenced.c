@@ -139,6 +139,36 @@ static void test_ordering_fences(void)
     done(&f);
 }
 
+// Waits answered by ordering (fence_ops.order: on CUDA, every non-blocking stream made to wait
+// for the fence): where a miss would wait for the oldest sufficient batch, that batch and the
+// older ones go to new owners without a wait, although their fences never pass here (lag), and
+// nothing newer does. Without the order the same miss waits (the control).
+static void test_order_instead_of_wait(void)
+{
+    for (int order = 0; order <= 1; order++) {
+        fixture f;
+        make(&f, (size_t)8 << 30, 1000);
+        cci_sim_set_fence_order(f.sim, order);
+        uintptr_t a = must_alloc(&f, BIG, 0), b = must_alloc(&f, BIG, 0), c = must_alloc(&f, BIG, 0);
+        CHECK(cci_free(f.a, a, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free a");
+        uintptr_t x = must_alloc(&f, 2 * BIG, 0);  // a miss a cannot serve: closes a's batch
+        CHECK(cci_free(f.a, b, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free b");
+        uintptr_t y = must_alloc(&f, 2 * BIG, 0);  // closes b's batch
+        CHECK(cci_free(f.a, c, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free c (open batch)");
+        uint64_t segs = stats(&f)->num_device_alloc;
+        uintptr_t r = must_alloc(&f, BIG, 0);  // a miss: a's batch would do
+        CHECK(r == a, "[order %d] the oldest sufficient batch's block reused", order);
+        CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+        CHECK_EQ_U(f.st.num_fence_waits, order ? 0 : 1, "a host wait only without the order");
+        CHECK_EQ_U(cci_sim_fence_orders_made(f.sim), order ? 1 : 0, "one order instead");
+        CHECK_EQ_U(block_state(&f, b), 2, "b (a younger batch) still waits");
+        CHECK_EQ_U(block_state(&f, c), 2, "c (open batch) still waits");
+        for (uintptr_t blocks[] = {x, y, r}, *i = blocks; i < blocks + 3; i++)
+            CHECK(cci_free(f.a, *i, 0, CCI_FREE_NOW) == CCI_OK, "free");
+        done(&f);
+    }
+}
+
 static void test_burst_one_fence(void)
 {
     fixture f;
@@ -295,6 +325,7 @@ int main(void)
 {
     test_reuse_only_after_fence();
     test_ordering_fences();
+    test_order_instead_of_wait();
     test_burst_one_fence();
     test_wait_for_oldest_sufficient();
     test_poor_fit_spare();
