@@ -735,7 +735,9 @@ static int fence_orders(void *ctx, int device, cci_fence handle)
 {
     (void)ctx;
     (void)device;
-    return ((cuda_fence *)(uintptr_t)handle)->barrier;
+    const cuda_fence *f = (const cuda_fence *)(uintptr_t)handle;
+    // A barrier at its record, or covered by a round of THE ORDER since (below).
+    return f->barrier || (f->n == 1 && f->seq <= atomic_load_explicit(&ordered_upto, memory_order_acquire));
 }
 
 // ---- THE ORDER: a wait for reuse answered without blocking the host ---------------------------

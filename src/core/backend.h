@@ -97,9 +97,11 @@ typedef struct cci_backend_fence_ops {
     /// Optional (NULL: never): 1 when the record of `f` by itself orders every use of memory
     /// queued after it after every use queued before it (on CUDA: no stream outside the legacy
     /// stream's implicit synchronisation could touch the memory, so the legacy event is a barrier
-    /// for all later work). Blocks freed before such a fence may go to a new owner as soon as it
-    /// is recorded. It says nothing about the fence having PASSED: old work may still run, so a
-    /// page is still unmapped only once a fence has passed (query, wait).
+    /// for all later work), or when an `order` given since covers `f` (a backend's order may
+    /// cover every fence recorded before it). Blocks freed before such a fence may go to a new
+    /// owner at once: asked when a batch is closed and before a pending batch is queried. It says
+    /// nothing about the fence having PASSED: old work may still run, so a page is still
+    /// unmapped only once a fence has passed (query, wait).
     int (*orders)(void *ctx, int device, cci_fence f);
     /// Optional (NULL: never): asked instead of a wait when a pending batch is wanted for reuse
     /// (never for unmapping): 1 when the backend has just made every use of memory queued from

@@ -158,6 +158,13 @@ int cci__fenced_poll(cci_allocator *a, int ask)
         ask == CCI_ASK_IN_PASSING && a->fences->poll ? a->fences->poll : a->fences->query;
     int got = 0;
     while (a->fb_head) {
+        // Ordered by a later fence_ops.order (it covers every fence recorded before it): reusable
+        // without asking the device anything.
+        if (a->fences->orders && a->fences->orders(a->be.ctx, a->device, a->fb_head->fence) == 1) {
+            complete_oldest(a);
+            got = 1;
+            continue;
+        }
         int q = q_fn(a->be.ctx, a->device, a->fb_head->fence);
         if (q == 0 || q == CCI_FENCE_PUT_OFF)
             break;  // fences pass in record order: the newer ones are pending too (or not asked)
