@@ -55,9 +55,16 @@
 // created, no destroyed stream's last work is pending, one device holds a fence event and no
 // peer access or capture was begun, a fenced batch is reusable as soon as its fence is recorded
 // (backend.h, fence_ops.orders); the host never waits for it. Unmapping still waits for fences to
-// pass. Leaving that situation is like the switch: before a non-blocking stream, a second
-// device, peer access or a capture can exist, the devices are synchronised once barriers were
-// taken (blocks handed out under a barrier may still have old work queued).
+// pass. Leaving that situation: blocks handed out under a barrier may still have old work
+// queued. So before a second device, peer access or a capture can exist, the devices are
+// synchronised once barriers were taken; a non-blocking stream instead waits for the legacy
+// stream's earlier work when it is registered, before the program has its handle.
+//
+// THE ORDER. With non-blocking streams live (PyTorch's idle stream pool, NCCL's streams), a
+// fence is no barrier, and the host used to wait for it whenever its batch was wanted for reuse.
+// Under the barrier's other conditions the CUDA backend now answers such a wait on the GPU:
+// every non-blocking stream is made to wait for the legacy stream, after the legacy stream was
+// made to wait for the busy ones (backend_cuda_fence.c, fence_order; docs/reuse-modes.md).
 #ifndef CCI_PRELOAD_STREAM_REGISTRY_H
 #define CCI_PRELOAD_STREAM_REGISTRY_H
 

@@ -14,8 +14,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N [--fenced-streams S] [--fenced-busy B]]\n"
-            "                [--json] TRACE\n"
+            "usage: ccreplay [--conf STR] [--capacity SIZE] [--fenced-lag N [--fenced-streams S] [--fenced-busy B]\n"
+            "                [--fenced-order]] [--json] TRACE\n"
             "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
@@ -31,6 +31,9 @@ static void usage(FILE *f)
             "  --fenced-busy  with --fenced-lag: B of the streams always have work in flight (NCCL's under\n"
             "              DDP), so the allocator does not wait for the newest fences on a poor fit\n"
             "              (default 0: idle side streams, PyTorch's stream pool on one GPU)\n"
+            "  --fenced-order  with --fenced-lag: a wait for reuse is answered by ordering the streams on\n"
+            "              the GPU instead, as the preload does with at most 4 busy streams (counted as\n"
+            "              orders; the host waits that remain are those it refuses)\n"
             "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
             "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
@@ -95,10 +98,12 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
            (unsigned long long)t->truncated_bytes);
     if (o->fenced)
         printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"fence_busy\": %u, \"num_fence_records\": %llu, "
-               "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, ",
+               "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, "
+               "\"fence_order\": %s, \"num_fence_orders\": %llu, ",
                (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1, o->fence_busy,
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
-               (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries);
+               (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries,
+               o->fence_order ? "true" : "false", (unsigned long long)r->num_fence_orders);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode)
         printf("\"vmm_calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, \"unmaps\": %llu, "
@@ -140,14 +145,18 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
     if (o->fenced)
-        printf("fenced frees        fences pass %llu fence record%s late; %u stream%s, %u busy\n",
+        printf("fenced frees        fences pass %llu fence record%s late; %u stream%s, %u busy%s\n",
                (unsigned long long)o->fence_lag, o->fence_lag == 1 ? "" : "s",
-               o->fence_streams ? o->fence_streams : 1, o->fence_streams > 1 ? "s" : "", o->fence_busy);
+               o->fence_streams ? o->fence_streams : 1, o->fence_streams > 1 ? "s" : "", o->fence_busy,
+               o->fence_order ? "; waits answered by ordering" : "");
     if (r->num_fence_records || o->fenced)  // fenced frees replayed
         printf("fences              %llu recorded, %llu queries, the host waited %llu times (%llu for a "
                "fence not yet passed)\n",
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_queries,
                (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
+    if (o->fence_order)
+        printf("orders              %llu waits answered by ordering the streams instead\n",
+               (unsigned long long)r->num_fence_orders);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode) {
         // The calls a GPU run makes for the same requests, and what they cost there.
@@ -235,6 +244,8 @@ int main(int argc, char **argv)
                 return bad("--fenced-busy: '%s' is not a number of streams from 0 to 1000000", val);
             opts.fence_busy = (unsigned)n;
             busy_given = 1;
+        } else if (!strcmp(a, "--fenced-order")) {
+            opts.fence_order = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--sweep")) {
@@ -260,6 +271,8 @@ int main(int argc, char **argv)
         return bad("%s needs --fenced-lag", "--fenced-streams");
     if (busy_given && !opts.fenced)
         return bad("%s needs --fenced-lag", "--fenced-busy");
+    if (opts.fence_order && !opts.fenced)
+        return bad("%s needs --fenced-lag", "--fenced-order");
     if (opts.fence_busy > (opts.fence_streams ? opts.fence_streams : 1))
         return bad("--fenced-busy %u: more busy streams than --fenced-streams gives", opts.fence_busy);
     if (jobs && !sweep)

@@ -171,6 +171,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
                 cci_sim_set_fence_lag(sims[d], opts->fence_lag);
                 cci_sim_set_fence_width(sims[d], opts->fence_streams);
                 cci_sim_set_fence_busy(sims[d], opts->fence_busy);
+                cci_sim_set_fence_order(sims[d], opts->fence_order && opts->fence_busy <= CCI_REPLAY_ORDER_MAX_BUSY);
             }
             allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
             if (!allocs[d]) {
@@ -269,6 +270,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         cci_sim_fence_counts(sims[d], &records, &blocking, &live);
         res->num_blocking_waits += blocking;
         res->num_fence_queries += cci_sim_fence_queries(sims[d]);
+        res->num_fence_orders += cci_sim_fence_orders_made(sims[d]);
         cci_vmm_counts vc;
         if (cci_alloc_vmm_counts(allocs[d], &vc) == 0)
             vmm_counts_add(&res->vmm, &vc);

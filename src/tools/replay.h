@@ -28,6 +28,7 @@ typedef struct cci_replay_result {
     uint64_t num_blocking_waits; ///< of those, waits for a fence the simulated device had not yet
                                  ///< passed: the ones that would stall a real host
     uint64_t num_fence_queries;  ///< fence queries the allocators made (summed over devices)
+    uint64_t num_fence_orders;   ///< waits answered by ordering instead (--fenced-order)
     cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
                                  ///< the run's own, the allocators' teardown left out
 } cci_replay_result;
@@ -45,7 +46,12 @@ typedef struct cci_replay_opts {
     /// device, then a look at each stream); the core asks dear fences less (0 or 1: one stream).
     unsigned fence_streams;
     unsigned fence_busy;  // of those, the streams that always have work in flight (--fenced-busy)
+    /// With fenced: a wait for reuse is answered by ordering on the GPU instead (the CUDA
+    /// backend's THE ORDER), where at most CCI_REPLAY_ORDER_MAX_BUSY streams are busy.
+    int fence_order;
 } cci_replay_opts;
+/// The CUDA backend sweeps at most this many busy streams in an order (backend_cuda_fence.c).
+#define CCI_REPLAY_ORDER_MAX_BUSY 4
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
 /// bytes (0 = unlimited). The program's stream semantics are kept: a block becomes reusable at

@@ -49,6 +49,8 @@ def bad_values(ccreplay, trace):
                          (["--fenced-lag", "0", "--fenced-streams", "many"], "--fenced-streams: 'many'"),
                          (["--fenced-streams", "4"], "--fenced-streams needs --fenced-lag"),
                          (["--fenced-busy", "0"], "--fenced-busy needs --fenced-lag"),
+                         (["--fenced-order"], "--fenced-order needs --fenced-lag"),
+                         (["--fenced-lag", "0", "--fenced-order=1"], "--fenced-order takes no value"),
                          (["--fenced-lag", "0", "--fenced-busy", "x"], "--fenced-busy: 'x'"),
                          (["--fenced-lag", "0", "--fenced-streams", "4", "--fenced-busy", "5"],
                           "more busy streams than --fenced-streams")):
@@ -113,6 +115,23 @@ def main():
             check(idle["num_fence_waits"] >= busy["num_fence_waits"],
                   f"{name}: idle side streams waited less ({idle['num_fence_waits']}) than busy ones")
             waited_more.append(idle["num_fence_waits"] - busy["num_fence_waits"])
+            # THE ORDER (--fenced-order): each of those waits answered by ordering instead; with
+            # more busy streams than the backend sweeps (32 > 4), every one refused.
+            ordered = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", "--fenced-order", path)
+            refused = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", "--fenced-busy", "32",
+                             "--fenced-order", path)
+            if ordered and refused:
+                print(f"{name}: lag 64, 32 idle streams, ordering: peak {ordered['peak_reserved_bytes'] >> 20} MiB, "
+                      f"{ordered['num_fence_orders']} orders, {ordered['num_blocking_waits']} blocking waits")
+                check(ordered["fence_order"] is True and idle["fence_order"] is False, f"{name}: order not echoed")
+                check(ordered["num_fence_orders"] > 0 and ordered["num_blocking_waits"] == 0,
+                      f"{name}: idle streams: {ordered['num_fence_orders']} orders, "
+                      f"{ordered['num_blocking_waits']} blocking waits (expected only orders)")
+                check(ordered["peak_reserved_bytes"] <= idle["peak_reserved_bytes"] * 1.02,
+                      f"{name}: ordering peak {ordered['peak_reserved_bytes']} vs waiting {idle['peak_reserved_bytes']}")
+                check(refused["num_fence_orders"] == 0 and refused["num_fence_waits"] == busy["num_fence_waits"],
+                      f"{name}: 32 busy streams: {refused['num_fence_orders']} orders, "
+                      f"{refused['num_fence_waits']} waits (expected {busy['num_fence_waits']}, none ordered)")
         drop = ("replay_seconds",)
         check({k: v for k, v in far.items() if k not in drop} == {k: v for k, v in again.items() if k not in drop},
               f"{name}: two fenced replays differ")
