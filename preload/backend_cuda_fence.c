@@ -741,6 +741,27 @@ static int fence_orders(void *ctx, int device, cci_fence handle)
 }
 
 // ---- THE ORDER: a wait for reuse answered without blocking the host ---------------------------
+
+// Work queued on `waiter` (a stream of `device`) from now on waits for `e`'s work as recorded now.
+static CUresult stream_wait(CUstream waiter, int device, CUevent e)
+{
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = cci_real_drv()->cuStreamWaitEvent(waiter, e, 0);
+    cci_cuda_leave(&sc);
+    return r;
+}
+
+// An event back to its device's pool once streams wait for it: a wait took the event's state at
+// its call, so a later record of the event cannot move it.
+static void pool_give(int device, CUevent e, unsigned gen)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_put_locked(device, e, gen);
+    pthread_mutex_unlock(&pool_lock);
+}
+
 // A fence is waited for when its blocks are wanted for a new owner (the pool would grow
 // otherwise). The wait keeps every old owner's work, queued before the free, ahead of every new
 // owner's, queued after the allocation. The same order can be had on the GPU without stopping
@@ -753,15 +774,16 @@ static int fence_orders(void *ctx, int device, cci_fence handle)
 //     its old work, and the legacy stream is made to wait for S_N (cuStreamWaitEvent), so new
 //     work on the legacy, blocking and per-thread streams runs after N's old work too;
 //   - new work on a non-blocking stream is ordered with nothing: every live one is made to wait
-//     for T, the fence's event E when every stream was idle, else an event recorded on the legacy
-//     stream after its waits for the sweeps (so after all old work on every stream);
+//     for T, an event recorded on the legacy stream after the questions and its waits for the
+//     sweeps (so after all old work on every stream, of every fence recorded before the round);
 //   - a non-blocking stream created later waits for the legacy stream's earlier work when it is
 //     registered, before the program has its handle (cci_cuda_fence_order_new_stream).
 // Then the fence orders all later work after all earlier work, and its batch and every older one
 // may go to new owners at once. The GPU is held back no more than by a host wait: work queued
-// after a host wait for E and the sweeps could not start before them either (only T, when some
-// stream was busy, also holds a non-blocking stream's new work behind legacy work queued after
-// the fence). No cycle can form: every wait is for work already queued. The host does not block.
+// after a host wait for E and the sweeps could not start before them either (only T also holds a
+// non-blocking stream's new work behind legacy work queued after the fence, which lets one round
+// order every fence recorded before it). No cycle can form: every wait is for work already
+// queued. The host does not block.
 // Refused (the core then waits) where the barrier's other conditions fail: more than one
 // device's event, a second device, peer access, a capture, a destroyed stream's last work still
 // pending, or a driver call that failed. resnet under PyTorch on the H100 (32 idle pool streams)
@@ -815,15 +837,8 @@ static int order_ask(const cci_stream_ref *ref, void *arg)
     if (!sweep)
         return 1;
     count(&sweeps_recorded);
-    cci_driver_scope sc;
-    CUresult r = CUDA_ERROR_NOT_INITIALIZED;
-    if (cci_cuda_enter(o->device, &sc) == 0) {
-        r = t->cuStreamWaitEvent(CCI_CU_STREAM_LEGACY, sweep, 0);
-        cci_cuda_leave(&sc);
-    }
-    pthread_mutex_lock(&pool_lock);
-    pool_put_locked(ref->device, sweep, gen);  // the wait took the event's state at the call
-    pthread_mutex_unlock(&pool_lock);
+    CUresult r = stream_wait(CCI_CU_STREAM_LEGACY, o->device, sweep);
+    pool_give(ref->device, sweep, gen);
     if (r != CUDA_SUCCESS)
         return 1;
     count(&order_injections);
@@ -834,11 +849,7 @@ static int order_ask(const cci_stream_ref *ref, void *arg)
 static int order_inject(const cci_stream_ref *ref, void *arg)
 {
     const order_round *o = arg;
-    cci_driver_scope sc;
-    if (cci_cuda_enter(ref->device, &sc))
-        return 1;
-    CUresult r = cci_real_drv()->cuStreamWaitEvent(ref->s, o->target, 0);
-    cci_cuda_leave(&sc);
+    CUresult r = stream_wait(ref->s, ref->device, o->target);
     if (r != CUDA_SUCCESS) {
         cci_log(CCI_LOG_DEBUG, "device %d: cuStreamWaitEvent on stream %p for a fence failed "
                 "(CUresult %d)", ref->device, (void *)ref->s, r);
@@ -862,9 +873,7 @@ static int order_now(cuda_fence *f)
     if (!o.target)
         return 0;
     int ok = cci_stream_registry_each_nonblocking(order_inject, &o) == 0;
-    pthread_mutex_lock(&pool_lock);
-    pool_put_locked(o.device, o.target, gen);  // the waits took the event's state at the call
-    pthread_mutex_unlock(&pool_lock);
+    pool_give(o.device, o.target, gen);
     if (ok) {
         // Streams born after f's record were not asked (no old work of f's); later fences may
         // have some there, so then only f counts as ordered.
@@ -912,15 +921,8 @@ void cci_cuda_fence_order_new_stream(CUstream s, int device)
     // given while a capture may be underway.
     if (t->cuStreamWaitEvent && !cci_capture_maybe_active() &&
         (e = record_event(device, CCI_CU_STREAM_LEGACY, &gen)) != NULL) {
-        cci_driver_scope sc;
-        CUresult r = CUDA_ERROR_NOT_INITIALIZED;
-        if (cci_cuda_enter(device, &sc) == 0) {
-            r = t->cuStreamWaitEvent(s, e, 0);
-            cci_cuda_leave(&sc);
-        }
-        pthread_mutex_lock(&pool_lock);
-        pool_put_locked(device, e, gen);  // the wait took the event's state at the call
-        pthread_mutex_unlock(&pool_lock);
+        CUresult r = stream_wait(s, device, e);
+        pool_give(device, e, gen);
         if (r == CUDA_SUCCESS)
             return;
     }

@@ -8,7 +8,9 @@
 // behave as without fences), and when a test calls cci_sim_complete. A wait makes the device catch
 // up with the fence, as a real host wait ends when the device gets there, and is counted.
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend_sim_fence.h"
 #include "grow.h"
@@ -247,22 +249,25 @@ void cci_sim_set_fence_orders(cci_sim_device *sim, int orders) { SET_UNDER_LOCK(
 
 void cci_sim_set_fence_order(cci_sim_device *sim, int order) { SET_UNDER_LOCK(sim, order, order != 0); }
 
-uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim)
+// One of the counters tests and replay read, under the group's lock.
+static uint64_t counter_under_lock(const cci_sim_device *sim, size_t offset)
 {
     cci_sim_fences *f = cci__sim_fences_of(sim);
     pthread_mutex_lock(&f->lock);
-    uint64_t n = f->orders_made;
+    uint64_t v;
+    memcpy(&v, (const char *)f + offset, sizeof v);
     pthread_mutex_unlock(&f->lock);
-    return n;
+    return v;
+}
+
+uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim)
+{
+    return counter_under_lock(sim, offsetof(cci_sim_fences, orders_made));
 }
 
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim)
 {
-    cci_sim_fences *f = cci__sim_fences_of(sim);
-    pthread_mutex_lock(&f->lock);
-    uint64_t q = f->queries;
-    pthread_mutex_unlock(&f->lock);
-    return q;
+    return counter_under_lock(sim, offsetof(cci_sim_fences, queries));
 }
 
 void cci_sim_complete(cci_sim_device *sim, uint64_t stream)
