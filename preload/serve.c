@@ -100,18 +100,20 @@ int cci__serve_release_unmapped(int level, const char *fn, uintptr_t p, uint64_t
 struct info_args {
     uintptr_t *block, *segment;
     size_t *block_size, *segment_size;
+    int device;  // the owner's, set by ask_info
 };
 
 static int ask_info(cci_allocator *a, uintptr_t p, void *arg)
 {
-    const struct info_args *i = arg;
+    struct info_args *i = arg;
+    i->device = cci_allocator_device(a);
     return cci_block_info(a, p, i->block, i->block_size, i->segment, i->segment_size);
 }
 
 int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                          size_t *segment_size)
 {
-    struct info_args i = {block, segment, block_size, segment_size};
+    struct info_args i = {block, segment, block_size, segment_size, -1};
     return ask_owner(p, ask_info, &i);
 }
 
@@ -119,7 +121,8 @@ int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
 {
     uintptr_t block = 0, segment = 0;
     size_t block_size = 0, segment_size = 0;
-    int rc = cci_serve_block_info(p, &block, &block_size, &segment, &segment_size);
+    struct info_args i = {&block, &segment, &block_size, &segment_size, -1};
+    int rc = ask_owner(p, ask_info, &i);
     if (rc == CCI_ENOTOURS)
         return CCI_OK;
     if (rc != CCI_OK) {
@@ -144,6 +147,14 @@ int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
                 fn, p, (size_t)(block - segment), segment_size, invalid_value_name(level));
         return CCI_EINVAL;
     }
+    // The importer is another process: its work is ordered with none of ours. A block handed out
+    // at once (the ordered rule, a barrier, an order) may still have its old owner's work queued,
+    // which CUDA's own cudaFree would have waited for before the memory could be allocated and
+    // exported again. So the device finishes its work first (an export is rare).
+    cci_backend be = cci_cuda_backend();
+    if (i.device >= 0 && be.ops->synchronize && be.ops->synchronize(be.ctx, i.device) != CCI_OK)
+        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): synchronising device %d before the export "
+                "failed; work queued before the block's last free may still touch it", fn, p, i.device);
     return CCI_OK;
 }
 

@@ -155,7 +155,8 @@ int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uint
 /// Whether CUDA may export an IPC handle for `p`. The handle names the driver allocation and the
 /// importer maps its start, so a block that does not start its segment would hand out someone
 /// else's bytes; and a block of an expandable (VMM) segment has no IPC handle at all (CUDA's IPC
-/// exports cuMemAlloc memory only). CCI_OK: forward the call (not ours, or a block that starts its segment);
+/// exports cuMemAlloc memory only). CCI_OK: forward the call (not ours, or a block that starts its segment,
+/// after its device finished its queued work: the importer's work is ordered with none of ours);
 /// CCI_EINVAL after one warning naming `fn`: the level answers its invalid-value error.
 int cci_serve_ipc_check(int level, const char *fn, uintptr_t p);
 

@@ -186,6 +186,20 @@ static void check_ipc(const ptest_api *api)
     CUDA_OK(cudaFree(big));
     CUDA_OK(cudaFree(a));
     CUDA_OK(cudaFree(b));
+    // A block reused at once while its old owner's write is still queued (the ordered rule): the
+    // export lets the device finish first, since the importer's work is ordered with none of ours
+    // (CUDA's own cudaFree would have waited before the memory could be allocated again).
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, (size_t)40 << 20));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    fakecuda_delayed_fill(p, 0xAA, 4096, cudaStreamLegacy, 0);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, (size_t)40 << 20));
+    CHECK(q == p && !ptest_all_bytes(q, 4096, 0xAA), "reused at once, the old write still queued");
+    CHECK(cudaIpcGetMemHandle(&h, q) == cudaSuccess && ptest_all_bytes(q, 4096, 0xAA),
+          "cudaIpcGetMemHandle: the old owner's queued write ran before the handle was handed out");
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaFree(q));
 }
 
 static void check_report(const ptest_api *api)
