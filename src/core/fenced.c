@@ -178,6 +178,21 @@ int cci__fenced_poll(cci_allocator *a, int ask)
     return got;
 }
 
+// Settles fb and every older batch, oldest first: reusable (`ok`) or handed to the deferred queue.
+// Returns `ok`.
+static int settle_upto(cci_allocator *a, cci_fence_batch *fb, int ok)
+{
+    for (;;) {
+        int last = a->fb_head == fb;  // fb may be freed by the call below
+        if (ok)
+            complete_oldest(a);
+        else
+            defer_oldest(a);
+        if (last)
+            return ok;
+    }
+}
+
 // Waits for fb's fence with the lock dropped, then makes it and every older batch reusable (they
 // have passed too: fences pass in record order). 1 when it did; 0 when the wait failed, and those
 // batches' blocks then wait for a device synchronisation instead.
@@ -194,15 +209,7 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
             forget_batch(a, fb);
         return 1;
     }
-    for (;;) {
-        int last = a->fb_head == fb;  // fb may be freed by the call below
-        if (rc == CCI_OK)
-            complete_oldest(a);
-        else
-            defer_oldest(a);
-        if (last)
-            return rc == CCI_OK;
-    }
+    return settle_upto(a, fb, rc == CCI_OK);
 }
 
 // Instead of a wait, where a pending batch is wanted for reuse: the backend orders every later
@@ -214,12 +221,7 @@ static int order_batch(cci_allocator *a, cci_fence_batch *fb)
 {
     if (!a->fences->order || a->fences->order(a->be.ctx, a->device, fb->fence) != 1)
         return 0;
-    for (;;) {
-        int last = a->fb_head == fb;  // fb may be freed by the call below
-        complete_oldest(a);
-        if (last)
-            return 1;
-    }
+    return settle_upto(a, fb, 1);
 }
 
 // A pending batch wanted for reuse: ordered if the backend can, else waited for.
