@@ -789,13 +789,12 @@ static void pool_give(int device, CUevent e, unsigned gen)
 // pending, or a driver call that failed. resnet under PyTorch on the H100 (32 idle pool streams)
 // waited 606-827 times a process, blocked 88-123 ms (session 11, before this).
 
-// Busy streams a round sweeps at most; with more it is refused and the host waits. A round makes
-// every non-blocking stream wait for the legacy stream, so until the GPU has caught up with that
-// point they all answer busy: where the GPU stays behind, every round would sweep every stream
-// again (on the fake under load: 3 500 rounds of ~64 driver calls in a loop of 8 192 pairs). A
-// host wait instead lets the device catch up, after which the streams answer idle. A few streams
-// with work of their own (NCCL's under DDP) are swept.
-#define ORDER_MAX_BUSY LOOK_CHEAP_STREAMS
+// Busy streams a round sweeps at most (CCI_FENCE_ORDER_MAX_BUSY, backend.h); with more it is
+// refused and the host waits. A round makes every non-blocking stream wait for the legacy stream,
+// so until the GPU has caught up with that point they all answer busy: where the GPU stays
+// behind, every round would sweep every stream again (on the fake under load: 3 500 rounds of ~64
+// driver calls in a loop of 8 192 pairs). A host wait instead lets the device catch up, after
+// which the streams answer idle. A few streams with work of their own (NCCL's under DDP) are swept.
 
 typedef struct order_round {
     unsigned long long now;  // the fence clock before the first question
@@ -830,7 +829,7 @@ static int order_ask(const cci_stream_ref *ref, void *arg)
     }
     if (q != CCI_CUDA_ERROR_NOT_READY)
         return 1;  // a capturing stream (unseen capture) or an error: neither asked again nor swept
-    if (++o->busy > ORDER_MAX_BUSY)
+    if (++o->busy > CCI_FENCE_ORDER_MAX_BUSY)
         return 1;
     unsigned gen;
     CUevent sweep = record_event(ref->device, ref->s, &gen);
@@ -887,14 +886,11 @@ static int order_now(cuda_fence *f)
 
 static int fence_order(void *ctx, int device, cci_fence handle)
 {
-    (void)ctx;
-    (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
     const cci_real_driver *t = cci_real_drv();
-    if (f->barrier)
-        return 1;  // ordered at its record already
-    if (f->n == 1 && f->seq <= atomic_load(&ordered_upto)) {
-        count(&orders_covered);  // by a round after its record
+    if (fence_orders(ctx, device, handle)) {
+        if (!f->barrier)
+            count(&orders_covered);  // by a round after its record
         return 1;
     }
     if (f->n != 1 || !t->cuStreamWaitEvent || cci_capture_maybe_active() ||

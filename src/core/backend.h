@@ -106,12 +106,17 @@ typedef struct cci_backend_fence_ops {
     /// Optional (NULL: never): asked instead of a wait when a pending batch is wanted for reuse
     /// (never for unmapping): 1 when the backend has just made every use of memory queued from
     /// now on ordered after every use queued before `f` was recorded, without blocking the host
-    /// (on CUDA: every non-blocking stream was idle and now waits for f's legacy event), so the
-    /// blocks freed before `f` and before every older fence may go to new owners at once, as
+    /// (on CUDA: the legacy stream waits for the busy non-blocking streams, at most
+    /// CCI_FENCE_ORDER_MAX_BUSY of them, and every non-blocking stream for the legacy stream), so
+    /// the blocks freed before `f` and before every older fence may go to new owners at once, as
     /// after `orders`. 0 when it cannot now (the core then waits). Like `orders`, it says
     /// nothing about the fence having PASSED.
     int (*order)(void *ctx, int device, cci_fence f);
 } cci_backend_fence_ops;
+
+/// The most busy streams the CUDA backend's order sweeps; with more it refuses and the core
+/// waits (backend_cuda_fence.c says why). Replay models the same bound (ccreplay --fenced-order).
+#define CCI_FENCE_ORDER_MAX_BUSY 4
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
 typedef struct cci_backend_ops {

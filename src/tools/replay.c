@@ -171,7 +171,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
                 cci_sim_set_fence_lag(sims[d], opts->fence_lag);
                 cci_sim_set_fence_width(sims[d], opts->fence_streams);
                 cci_sim_set_fence_busy(sims[d], opts->fence_busy);
-                cci_sim_set_fence_order(sims[d], opts->fence_order && opts->fence_busy <= CCI_REPLAY_ORDER_MAX_BUSY);
+                cci_sim_set_fence_order(sims[d], opts->fence_order && opts->fence_busy <= CCI_FENCE_ORDER_MAX_BUSY);
             }
             allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
             if (!allocs[d]) {

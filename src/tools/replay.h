@@ -47,11 +47,9 @@ typedef struct cci_replay_opts {
     unsigned fence_streams;
     unsigned fence_busy;  // of those, the streams that always have work in flight (--fenced-busy)
     /// With fenced: a wait for reuse is answered by ordering on the GPU instead (the CUDA
-    /// backend's THE ORDER), where at most CCI_REPLAY_ORDER_MAX_BUSY streams are busy.
+    /// backend's THE ORDER), where at most CCI_FENCE_ORDER_MAX_BUSY streams are busy.
     int fence_order;
 } cci_replay_opts;
-/// The CUDA backend sweeps at most this many busy streams in an order (backend_cuda_fence.c).
-#define CCI_REPLAY_ORDER_MAX_BUSY 4
 
 /// Replays the trace under `cfg` on one simulated device per trace device, each of `capacity`
 /// bytes (0 = unlimited). The program's stream semantics are kept: a block becomes reusable at
