@@ -63,6 +63,7 @@
 
 #include "backend_cuda.h"
 #include "clock.h"
+#include "fence_watcher.h"
 #include "log.h"
 #include "real.h"
 #include "stream_registry.h"
@@ -132,6 +133,14 @@ static _Atomic unsigned long long fence_clock;
 // non-blocking stream wait for an event recorded after it, and left no stream unasked). Never
 // a reason to call a fence passed: unmapping asks query and wait, which still look.
 static _Atomic unsigned long long ordered_upto;
+// THE WATCHER (fence_watcher.c): every fence with seq <= watched_upto has passed, legacy events,
+// non-blocking streams and retired events alike, as a look of the watcher thread found. Asking
+// such a fence costs no driver call.
+static _Atomic unsigned long long watched_upto;
+// The calling thread is the watcher: its stream questions are counted apart (the exit line).
+static _Thread_local int on_watcher;
+// Live streams up to which a look is cheap: it is neither rationed nor left to the watcher.
+#define LOOK_CHEAP_STREAMS 4
 // When the last look at the non-blocking streams ended, and what it cost the host (ns).
 static _Atomic unsigned long long last_look_end, last_look_cost;
 // How many non-blocking streams the last look that found anything out saw busy (fence_busy).
@@ -146,7 +155,8 @@ static _Atomic unsigned last_look_busy;
 enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
-    shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered;
+    shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered,
+    watcher_checks, watcher_rounds, watched_answers;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
@@ -179,6 +189,11 @@ void cci_cuda_fence_log_costs(void)
             e[COST_WAIT], ns[COST_WAIT] / 1e6, atomic_load(&stream_checks),
             atomic_load(&stream_idle_answers), atomic_load(&sweeps_recorded),
             atomic_load(&shared_queries), atomic_load(&looks_put_off));
+    if (atomic_load(&watcher_rounds))
+        cci_log(CCI_LOG_INFO, "fence watcher (a thread of ours): %llu looks made every fence up to "
+                "them passed, %llu of the stream queries above were its own; %llu fence questions of "
+                "the program's threads answered from them without a driver call",
+                atomic_load(&watcher_rounds), atomic_load(&watcher_checks), atomic_load(&watched_answers));
     if (atomic_load(&orders_made) || atomic_load(&orders_refused))
         cci_log(CCI_LOG_INFO, "fences ordered on the GPU instead of waited for: %llu rounds, %llu "
                 "more covered by an earlier round (%llu stream waits queued, %.1f ms); %llu refused "
@@ -322,6 +337,7 @@ static void fence_free(cuda_fence *f)
 typedef struct look {
     const cuda_fence *f;
     int waiting;
+    int careful;                 // the watcher's: a stream is asked whether it captures first
     int pending;                 // query: some stream's work before the fence has not run yet
     unsigned asked;              // streams asked or swept (the look's driver calls)
     unsigned busy;               // streams found with work before the fence (swept or sweep pending)
@@ -389,6 +405,14 @@ static shared_event *sweep_covering(const cci_stream_cover *c, unsigned long lon
     return NULL;
 }
 
+// 1 when the driver says `s` does not capture (asked of the stream itself: allowed during a capture).
+static int stream_surely_not_capturing(CUstream s)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUstreamCaptureStatus st = 1;  // active until the driver says otherwise
+    return t->cuStreamIsCapturing && t->cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == 0;
+}
+
 // Is the stream's work from before fence f done? Registry lock held (each_nonblocking).
 // 0 to go on (covered, or pending / collected: lk says which), -1 on error.
 static int cover_stream(const cci_stream_ref *ref, void *arg)
@@ -429,8 +453,16 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
     // Every fence numbered up to `now` was recorded, hence its frees issued, before this point
     // (seq_cst load after the records' increments): the stream's answer below reflects all work
     // queued on it before those frees (CUDA sees work queued by any thread before the call).
+    // The watcher asks whether the stream captures first: a capture begun behind our back (the
+    // driver API, a static cudart) is not counted, and a question to a capturing stream breaks it.
+    if (lk->careful && !stream_surely_not_capturing(ref->s)) {
+        lk->pending = 1;
+        return 0;
+    }
     unsigned long long now = atomic_load(&fence_clock);
     count(&stream_checks);
+    if (on_watcher)
+        count(&watcher_checks);
     lk->asked++;
     CUresult q = cci_real_drv()->cuStreamQuery(ref->s);
     if (q == CUDA_SUCCESS) {
@@ -589,6 +621,8 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     f->barrier = f->n == 1 && cci_rule_fence_is_barrier() && cci_cuda_fence_retired_done() == 1;
     if (f->barrier)
         count(&barrier_records);
+    else if (cci_stream_registry_live() > LOOK_CHEAP_STREAMS)
+        cci_fence_watcher_news();  // looks are dear: the watcher makes them (started at the first)
     *out = (cci_fence)(uintptr_t)f;
     return CCI_OK;
 }
@@ -613,7 +647,6 @@ static void passed_at_least(cuda_fence *f, size_t n)
 // streams); an ask in full (a poor fit a pending block could improve, a miss) and a wait always
 // look.
 #define LOOK_TIME_SHARE 50  // a look, then at least 50 times its cost before the next
-#define LOOK_CHEAP_STREAMS 4
 
 static int look_put_off(void)
 {
@@ -643,9 +676,25 @@ static int look_at_streams(look *lk)
     return rc;
 }
 
+// Whether the watcher found f passed; then f says so from now on.
+static int watched(cuda_fence *f)
+{
+    if (f->seq > atomic_load_explicit(&watched_upto, memory_order_acquire))
+        return 0;
+    passed_at_least(f, f->n);
+    atomic_store_explicit(&f->streams_covered, 1, memory_order_release);
+    count(&watched_answers);
+    return 1;
+}
+
 static int fence_ask(cci_fence handle, int in_passing)
 {
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
+    if (watched(f))
+        return 1;
+    // The watcher asks in the background what a poll would ask in passing; it tells when it knows.
+    if (in_passing && cci_fence_watcher_running())
+        return CCI_FENCE_PUT_OFF;
     unsigned long long t0 = cci_pl_now_ns();
     size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i;
     int rc = 1;
@@ -694,6 +743,8 @@ static int fence_wait(void *ctx, int device, cci_fence handle)
     (void)ctx;
     (void)device;
     cuda_fence *f = (cuda_fence *)(uintptr_t)handle;
+    if (watched(f))
+        return CCI_OK;
     unsigned long long t0 = cci_pl_now_ns();
     size_t i = atomic_load_explicit(&f->passed, memory_order_relaxed), first = i, waited = 0;
     int rc = CCI_OK;
@@ -1069,9 +1120,96 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&order_injections, 0);
     atomic_store(&orders_covered, 0);
     atomic_store(&ordered_upto, 0);
+    atomic_store(&watched_upto, 0);
+    atomic_store(&watcher_checks, 0);
+    atomic_store(&watcher_rounds, 0);
+    atomic_store(&watched_answers, 0);
     for (int k = 0; k < COST_KINDS; k++) {
         atomic_store(&cost_calls[k], 0);
         atomic_store(&cost_events[k], 0);
         atomic_store(&cost_ns[k], 0);
     }
+}
+
+// ---- for the watcher (fence_watcher.c) ----------------------------------------------------------
+// Its marks are events of the pool recorded on a device's legacy stream. Each call runs under
+// pool_lock in the device's primary context as it is now, never retaining one: a device whose
+// context goes (cci_cuda_fence_drop_device bumps the generation under the same lock, before the
+// context is released) is neither marked nor asked again, and no context is made anew for it.
+
+unsigned long long cci_cuda_fence_clock(void)
+{
+    return atomic_load(&fence_clock);
+}
+
+// The primary context of `device` made current, under pool_lock; 0, or -1 (none now).
+static int mark_enter_locked(int device)
+{
+    CUcontext c = cci_cuda_backend_primary(device, 0);
+    return c && cci_real_drv()->cuCtxPushCurrent_v2(c) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static void mark_leave_locked(void)
+{
+    CUcontext popped;
+    cci_real_drv()->cuCtxPopCurrent_v2(&popped);
+}
+
+CUevent cci_cuda_fence_mark(int device, unsigned *gen)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUevent e = NULL;
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES || !have_events(t))
+        return NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (mark_enter_locked(device) == 0) {
+        *gen = generation[device];
+        e = pool_get_locked(device);
+        if (e && t->cuEventRecord(e, CCI_CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+            pool_put_locked(device, e, *gen);
+            e = NULL;
+        }
+        mark_leave_locked();
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return e;
+}
+
+int cci_cuda_fence_mark_passed(int device, CUevent e, unsigned gen)
+{
+    int p = -1;
+    pthread_mutex_lock(&pool_lock);
+    if (gen == generation[device] && mark_enter_locked(device) == 0) {
+        CUresult r = cci_real_drv()->cuEventQuery(e);
+        p = r == CUDA_SUCCESS ? 1 : r == CCI_CUDA_ERROR_NOT_READY ? 0 : -1;
+        mark_leave_locked();
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return p;
+}
+
+void cci_cuda_fence_mark_give(int device, CUevent e, unsigned gen)
+{
+    pool_give(device, e, gen);
+}
+
+int cci_cuda_fence_look_upto(unsigned long long upto)
+{
+    on_watcher = 1;
+    // Every fence up to `upto` was recorded before this epoch is read, so each one's streams
+    // are among those asked (a stream born later is asked too, which only asks more).
+    cuda_fence f = {.seq = upto, .streams = cci_stream_registry_epoch()};
+    look lk = {.f = &f, .careful = 1};
+    int rc = look_at_streams(&lk) ? -1 : lk.pending ? 0 : 1;
+    look_drop(&lk);
+    if (rc == 1)
+        count(&watcher_rounds);
+    return rc;
+}
+
+void cci_cuda_fence_publish(unsigned long long upto)
+{
+    unsigned long long cur = atomic_load(&watched_upto);
+    while (cur < upto && !atomic_compare_exchange_weak(&watched_upto, &cur, upto))
+        ;
 }

@@ -43,4 +43,22 @@ void cci_cuda_fence_atfork_child(void);
 /// waits), for a run that recorded any. Called once at exit, after the rule's own line.
 void cci_cuda_fence_log_costs(void);
 
+/// For the fence watcher (fence_watcher.c), which looks at the fences from a thread of its own.
+/// The fence clock: the last fence recorded (fences are numbered 1, 2, ...).
+unsigned long long cci_cuda_fence_clock(void);
+/// A mark: an event of the pool recorded now on `device`'s legacy stream, in its primary context
+/// as it is (never retained anew), or NULL. The caller keeps every capture out (the capture gate).
+CUevent cci_cuda_fence_mark(int device, unsigned *gen);
+/// 1 the mark passed, 0 pending, -1 an error or the device's context went since the mark.
+int cci_cuda_fence_mark_passed(int device, CUevent e, unsigned gen);
+/// The mark back to its pool.
+void cci_cuda_fence_mark_give(int device, CUevent e, unsigned gen);
+/// A look, for every fence up to `upto`, at every non-blocking stream (each asked whether it
+/// captures first) and retired event: 1 every one has run its work from before those fences
+/// (their legacy part is the caller's: marks recorded after reading the clock), 0 some is pending
+/// (a busy stream got a sweep), -1 an error. The caller keeps every capture out.
+int cci_cuda_fence_look_upto(unsigned long long upto);
+/// Every fence up to `upto` has passed: its queries and waits answer without a driver call.
+void cci_cuda_fence_publish(unsigned long long upto);
+
 #endif

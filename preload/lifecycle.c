@@ -12,6 +12,7 @@
 
 #include "backend_cuda.h"
 #include "callsites.h"
+#include "fence_watcher.h"
 #include "intercept_runtime.h"
 #include "backend_cuda_fence.h"
 #include "backend_cuda_vmm.h"
@@ -75,6 +76,7 @@ static void fork_child(void)
     cci_streams_atfork_child();
     cci_stream_registry_atfork_child();
     cci_cuda_fence_atfork_child();
+    cci_fence_watcher_atfork_child();
     cci_pl_report_atfork_child();
     cci_callsites_atfork_child();
     cci_trace_fork_child();
@@ -100,6 +102,9 @@ static void start(void)
     if (s->bad_thread_cache[0])
         cci_log(CCI_LOG_WARNING, "CCI_THREAD_CACHE=%s is not 0 or 1; the per-thread caches stay on",
                 s->bad_thread_cache);
+    if (s->bad_fence_watcher[0])
+        cci_log(CCI_LOG_WARNING, "CCI_FENCE_WATCHER=%s is not 0 or 1; the fence watcher stays on",
+                s->bad_fence_watcher);
     if (s->bad_debug_unsafe[0])
         cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE=%s is not a comma-separated list of no-fences, "
                 "no-stream-rule; ignored", s->bad_debug_unsafe);
@@ -152,6 +157,7 @@ __attribute__((destructor)) static void at_exit(void)
     cci_pl_levels_summary();
     cci_pl_exit_summary();
     cci_rule_log_exit();
+    cci_fence_watcher_stop();  // normally stopped before CUDA was torn down (its atexit handler)
     cci_cuda_fence_log_costs();
     cci_cuda_vmm_log_costs();
 }

@@ -235,6 +235,10 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     s->thread_cache = !(tc && !strcmp(tc, "0"));
     if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1"))
         snprintf(s->bad_thread_cache, sizeof s->bad_thread_cache, "%s", tc);
+    const char *fw = lookup("CCI_FENCE_WATCHER");
+    s->fence_watcher = !(fw && !strcmp(fw, "0"));
+    if (fw && *fw && strcmp(fw, "0") && strcmp(fw, "1"))
+        snprintf(s->bad_fence_watcher, sizeof s->bad_fence_watcher, "%s", fw);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 

@@ -68,6 +68,10 @@ typedef struct cci_settings {
     // CCI_THREAD_CACHE=0 turns the per-thread caches off (src/core/tcache.h); 1 or unset: on.
     int thread_cache;
     char bad_thread_cache[64];      ///< a refused value ("" when none): the caches stay on
+    // CCI_FENCE_WATCHER=0 keeps the fences' looks on the program's threads (fence_watcher.c);
+    // 1 or unset: a thread of ours makes them where they are dear.
+    int fence_watcher;
+    char bad_fence_watcher[64];     ///< a refused value ("" when none): the watcher stays on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
 } cci_settings;

@@ -7,10 +7,40 @@
 // non-zero do we ask the runtime about the stream at hand.
 #include "streams.h"
 
+#include <pthread.h>
+
 #include "real.h"
 #include "stream_registry.h"
 
 _Atomic int cci__captures;
+
+// The capture gate: a capture begun through the runtime is counted before it begins, inside the
+// gate, so a background thread that checked the count inside the gate (the fence watcher) cannot
+// ask a stream the moment a capture begins on it (a question to a capturing stream breaks the
+// capture). Program threads do not take it: their own calls never race their own begins.
+static pthread_mutex_t capture_gate = PTHREAD_MUTEX_INITIALIZER;
+
+int cci_capture_gate_enter(void)
+{
+    pthread_mutex_lock(&capture_gate);
+    if (!cci_capture_maybe_active())
+        return 1;
+    pthread_mutex_unlock(&capture_gate);
+    return 0;
+}
+
+void cci_capture_gate_leave(void)
+{
+    pthread_mutex_unlock(&capture_gate);
+}
+
+// Counted before the real begin, inside the gate; a begin that failed is taken back.
+static void capture_count(int n)
+{
+    pthread_mutex_lock(&capture_gate);
+    atomic_fetch_add(&cci__captures, n);
+    pthread_mutex_unlock(&capture_gate);
+}
 
 // Per-thread default streams have no handle of their own, so each thread gets a key from a range
 // no real stream handle (a user-space pointer, < 2^48 on every 64-bit target) can take.
@@ -78,9 +108,10 @@ cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int pt
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_rule_switch(CCI_RULE_CAPTURE);  // before the capture: no sync is possible during it
+    capture_count(1);
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCapture_ptsz(s, m) : rt->cudaStreamBeginCapture(s, m);
-    if (rc == cudaSuccess)
-        atomic_fetch_add(&cci__captures, 1);
+    if (rc != cudaSuccess)
+        capture_count(-1);
     return rc;
 }
 
@@ -91,10 +122,11 @@ cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_rule_switch(CCI_RULE_CAPTURE);
+    capture_count(1);
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCaptureToGraph_ptsz(s, g, deps, edata, ndeps, m)
                           : rt->cudaStreamBeginCaptureToGraph(s, g, deps, edata, ndeps, m);
-    if (rc == cudaSuccess)
-        atomic_fetch_add(&cci__captures, 1);
+    if (rc != cudaSuccess)
+        capture_count(-1);
     return rc;
 }
 
@@ -116,5 +148,6 @@ cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz)
 
 void cci_streams_atfork_child(void)
 {
+    pthread_mutex_init(&capture_gate, NULL);
     atomic_store(&cci__captures, 0);
 }

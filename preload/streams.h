@@ -38,6 +38,12 @@ static inline int cci_capture_maybe_active(void)
     return atomic_load_explicit(&cci__captures, memory_order_relaxed) > 0;
 }
 
+/// The capture gate (streams.c), for a thread of ours that asks the program's streams in the
+/// background: 1 with the gate held and no capture begun through the runtime underway (none can
+/// begin until cci_capture_gate_leave), 0 (gate not held) while one may be.
+int cci_capture_gate_enter(void);
+void cci_capture_gate_leave(void);
+
 /// 1 when `s` is capturing (active or invalidated) according to the real runtime.
 int cci_stream_capturing(cudaStream_t s, int ptsz);
 

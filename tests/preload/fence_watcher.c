@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+// THE WATCHER (preload/fence_watcher.c): a thread of ours that finds fences passed in the
+// background, so the program's threads need not ask the driver. Each scenario runs a real
+// program under the preload on the fake CUDA with 32 idle non-blocking streams (PyTorch's pool),
+// which makes looks dear and starts the watcher.
+//
+//   fence_watcher SCENARIO [--off]
+//
+//   answers        a block freed behind held legacy work; once the work has run and the watcher
+//                  has had time, the next allocation reuses the block without a single event or
+//                  stream question of the program's thread. With --off (CCI_FENCE_WATCHER=0) the
+//                  same allocation asks every stream itself.
+//   held           a late write held on non-blocking stream W, its block freed and many fences
+//                  recorded after it: the watcher must not vouch for the block while W holds it
+//                  (a new owner writing on another stream keeps its data).
+//   held-legacy    the same with the late write held on the legacy stream: the watcher's marks
+//                  must not pass before it.
+//   capture-driver a capture begun through the driver API (not counted by the layer) on an idle
+//                  stream, while fences flow and the watcher looks: the capture must survive (the
+//                  watcher asks each stream whether it captures before it queries it).
+//   fork           a fork while the watcher runs: the child exits at once, the parent goes on.
+#include "fake_cuda_driver.h"
+
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "ptest.h"
+
+#define BIG ((size_t)12 << 20)  // a segment of its own: reusing it needs its fence
+#define OLD 0xAA
+#define NEW 0x5A
+#define POOL 32
+
+static cudaStream_t pool[POOL];
+
+static cudaStream_t make_stream(void)
+{
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+
+static void make_pool(void)
+{
+    for (int i = 0; i < POOL; i++)
+        pool[i] = make_stream();
+}
+
+static struct fakecu_event_calls calls(void)
+{
+    struct fakecu_event_calls c;
+    fakecu_get_event_calls(&c);
+    return c;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+// A block freed behind held legacy work, its fence recorded (a miss of another size), then the
+// legacy stream released and the watcher given time. Returns the block.
+static void *freed_and_settled(void **other)
+{
+    void *p;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(other, 2 * BIG));  // a miss: p's batch gets its fence, still pending
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    sleep_ms(300);  // the watcher's round takes microseconds; sanitizers and loaded machines more
+    return p;
+}
+
+static void answers(int off)
+{
+    make_pool();
+    void *other, *p = freed_and_settled(&other);
+    struct fakecu_event_calls c0 = calls();
+    void *q;
+    CUDA_OK(cudaMalloc(&q, BIG));
+    struct fakecu_event_calls c1 = calls();
+    unsigned long long sq = c1.stream_queries - c0.stream_queries, eq = c1.event_queries - c0.event_queries;
+    printf("answers%s: the reuse asked %llu stream and %llu event questions\n", off ? " (off)" : "", sq, eq);
+    CHECK(q == p, "the block came back once its fence had passed");
+    if (off)
+        CHECK(sq >= POOL, "without the watcher the program's thread asked every stream (%llu)", sq);
+    else
+        CHECK(sq == 0 && eq == 0, "the watcher had found the fence passed: no question asked (%llu, %llu)", sq, eq);
+    CUDA_OK(cudaMemsetAsync(q, NEW, BIG, cudaStreamLegacy));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CHECK(ptest_all_bytes(q, BIG, NEW), "the new owner's data intact");
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(other));
+}
+
+// The late write is held on W, a non-blocking stream (legacy = 0: the watcher's look must find W
+// busy), or on the legacy stream (legacy = 1: the watcher's marks must not pass before it). The
+// new owner writes on O, created first, and no round of THE ORDER may run before the block comes
+// back (the fence's miss is of a size the block cannot serve): had the watcher vouched for the
+// fence, the block would come back as a free block and O's write would run before the late one.
+// Correctly, it comes back through a round (O then waits for the late write on the GPU).
+static void held(int legacy)
+{
+    make_pool();
+    cudaStream_t o = make_stream(), w = legacy ? cudaStreamLegacy : make_stream();
+    void *p, *other;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(w, 1));
+    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&other, 4 * BIG));  // a miss: p's batch gets its fence
+    sleep_ms(300);  // time for a watcher that would vouch wrongly to do so
+    void *q;
+    CUDA_OK(cudaMalloc(&q, BIG));
+    CUDA_OK(cudaMemsetAsync(q, NEW, BIG, o));
+    CUDA_OK(fakecuda_stream_hold(w, 0));
+    CUDA_OK(cudaStreamSynchronize(w));
+    CUDA_OK(cudaStreamSynchronize(o));
+    printf("held%s: the block %s\n", legacy ? "-legacy" : "", q == p ? "came back" : "did not come back");
+    CHECK(ptest_all_bytes(q, BIG, NEW), "the new owner's data intact (the late write ran first)");
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(other));
+    sleep_ms(300);
+    void *r;
+    CUDA_OK(cudaMalloc(&r, BIG));
+    CUDA_OK(cudaMemsetAsync(r, NEW, BIG, o));
+    CUDA_OK(cudaStreamSynchronize(o));
+    CHECK(ptest_all_bytes(r, BIG, NEW), "a later owner's data intact");
+    CUDA_OK(cudaFree(r));
+}
+
+// Frees only while the capture runs: each few close a batch (a fence, news for the watcher), and
+// the program's thread never asks about a fence (it allocates nothing), so every question asked
+// of the capturing stream would be the watcher's.
+#define CAPTURES 20
+#define FREES_PER_CAPTURE 4
+static void capture_driver(void)
+{
+    make_pool();
+    cudaStream_t s = make_stream();
+    void *held_blocks[CAPTURES * FREES_PER_CAPTURE];
+    for (int i = 0; i < CAPTURES * FREES_PER_CAPTURE; i++)
+        CUDA_OK(cudaMalloc(&held_blocks[i], 2 * BIG));
+    struct fakecu_event_calls c0 = calls();
+    for (int c = 0; c < CAPTURES; c++) {
+        CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        for (int i = 0; i < FREES_PER_CAPTURE; i++) {
+            CUDA_OK(cudaFree(held_blocks[c * FREES_PER_CAPTURE + i]));
+            sleep_ms(1);
+        }
+        CUgraph g = NULL;
+        CUresult r = cuStreamEndCapture((CUstream)s, &g);
+        CHECK(r == CUDA_SUCCESS, "capture %d survived the watcher's looks (CUresult %d)", c, (int)r);
+        if (g)
+            CU_OK(cuGraphDestroy(g));
+    }
+    struct fakecu_event_calls c1 = calls();
+    printf("capture-driver: %d captures, %llu stream queries meanwhile\n", CAPTURES,
+           c1.stream_queries - c0.stream_queries);
+    CHECK(c1.stream_queries > c0.stream_queries, "the watcher looked while the captures ran");
+}
+
+static void fork_child(void)
+{
+    make_pool();
+    void *other, *p = freed_and_settled(&other);
+    pid_t pid = fork();
+    if (pid == 0)
+        exit(0);  // atexit handlers run: the parent's watcher is not the child's to stop
+    CHECK(pid > 0, "forked");
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "the child exited cleanly while the parent's watcher ran");
+    void *q;
+    CUDA_OK(cudaMalloc(&q, BIG));
+    CHECK(q == p, "the parent goes on: the block comes back");
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(other));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|fork [--off]\n");
+        return 2;
+    }
+    const char *sc = argv[1];
+    int off = argc > 2 && !strcmp(argv[2], "--off");
+    if (!strcmp(sc, "answers"))
+        answers(off);
+    else if (!strcmp(sc, "held"))
+        held(0);
+    else if (!strcmp(sc, "held-legacy"))
+        held(1);
+    else if (!strcmp(sc, "capture-driver"))
+        capture_driver();
+    else if (!strcmp(sc, "fork"))
+        fork_child();
+    else {
+        fprintf(stderr, "fence_watcher: unknown scenario %s\n", sc);
+        return 2;
+    }
+    return 0;
+}
