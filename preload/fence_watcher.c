@@ -28,6 +28,8 @@
 // through the runtime may be underway: steps 2 and 4 run inside the capture gate (streams.c), where
 // such a capture is counted before it begins. A capture begun behind our back (the driver API, a
 // static cudart) is not counted; each stream is asked whether it captures before it is queried.
+// The thread's calls run in relaxed capture mode, so that another thread's global-mode capture
+// never refuses them (a refused call breaks that capture: seen on the H100 before this was so).
 //
 // Lifetime. The watcher is stopped at exit by an atexit handler registered when it starts, so after
 // CUDA's own (it runs before CUDA is torn down). A fork child has no watcher. A device whose
@@ -44,6 +46,7 @@
 #include "backend_cuda.h"
 #include "backend_cuda_fence.h"
 #include "log.h"
+#include "real.h"
 #include "settings.h"
 #include "streams.h"
 
@@ -134,9 +137,26 @@ static int round_upto(unsigned long long upto)
     return rc;
 }
 
+// The watcher's calls must never meet another thread's global-mode capture: a question from any
+// thread while one runs is refused and breaks it (seen on the H100, session 12: a capture through
+// cudaStreamBeginCapture invalidated while the watcher polled its mark). In relaxed mode, kept
+// for the thread's life, they are not refused. 0 when the driver cannot do that.
+static int relax(void)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return t->cuThreadExchangeStreamCaptureMode && t->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+}
+
 static void *watch(void *unused)
 {
     (void)unused;
+    if (!relax()) {
+        cci_log(CCI_LOG_DEBUG, "fence watcher: the driver cannot relax this thread's capture mode; "
+                "the program's threads ask about fences themselves");
+        atomic_store(&state, GONE);
+        return NULL;
+    }
     unsigned long long published = 0;
     long pause = NAP_MIN_NS;
     int errors = 0;

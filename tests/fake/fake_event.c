@@ -82,6 +82,8 @@ FC_API CUresult cuEventQuery(CUevent hEvent)
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (e->captured)
         r = CUDA_ERROR_CAPTURED_EVENT;
+    else if (unsafe_call_conflicts_locked())  /* as the H100 showed: another thread's global capture */
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     else
         r = !e->s || e->s->completed >= e->seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&g_lock);

@@ -188,9 +188,26 @@ bool legacy_breaks_capture_locked(int dev, bool do_invalidate)
 /* Calls that are "potentially unsafe" during capture (allocation, free) are
  * refused while a global-mode capture runs anywhere, or a thread-local one
  * runs in this thread; the refusal invalidates those captures. */
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode): a thread
+ * in relaxed mode is never refused because of another thread's capture. */
+static _Thread_local CUstreamCaptureMode t_interaction = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+FC_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_interaction;
+    t_interaction = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
 bool unsafe_call_conflicts_locked(void)
 {
     bool hit = false;
+    if (t_interaction == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return false;
     pthread_t self = pthread_self();
     for (struct CUstream_st *t = g_all_streams; t; t = t->all_next) {
         if (!t->live || !capture_ongoing(t))

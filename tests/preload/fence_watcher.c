@@ -18,6 +18,8 @@
 //   capture-driver a capture begun through the driver API (not counted by the layer) on an idle
 //                  stream, while fences flow and the watcher looks: the capture must survive (the
 //                  watcher asks each stream whether it captures before it queries it).
+//   capture-global a capture in global mode begun through the runtime while the watcher polls a
+//                  mark: the watcher's questions (relaxed mode) must not break it.
 //   fork           a fork while the watcher runs: the child exits at once, the parent goes on.
 #include "fake_cuda_driver.h"
 
@@ -164,6 +166,36 @@ static void capture_driver(void)
     CHECK(c1.stream_queries > c0.stream_queries, "the watcher looked while the captures ran");
 }
 
+// A capture in global mode begun through the runtime while the watcher polls its mark (held
+// behind legacy work): a question from any thread not in relaxed mode would break it.
+static void capture_global(void)
+{
+    make_pool();
+    cudaStream_t s = make_stream();
+    void *p, *other, *g;
+    CUDA_OK(cudaMalloc(&g, BIG));
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&other, 2 * BIG));  // the fence: the watcher marks, then polls its mark
+    sleep_ms(50);
+    for (int c = 0; c < 5; c++) {
+        CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CUDA_OK(cudaMemsetAsync(g, NEW, BIG, s));
+        sleep_ms(10);  // the watcher polls meanwhile
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(s, &graph);
+        CHECK(e == cudaSuccess, "global capture %d survived the watcher's polls (error %d)", c, (int)e);
+        if (graph)
+            CUDA_OK(cudaGraphDestroy(graph));
+    }
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    CUDA_OK(cudaFree(other));
+    CUDA_OK(cudaFree(g));
+}
+
 static void fork_child(void)
 {
     make_pool();
@@ -185,7 +217,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-global|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -198,6 +230,8 @@ int main(int argc, char **argv)
         held(1);
     else if (!strcmp(sc, "capture-driver"))
         capture_driver();
+    else if (!strcmp(sc, "capture-global"))
+        capture_global();
     else if (!strcmp(sc, "fork"))
         fork_child();
     else {
