@@ -18,7 +18,8 @@
 //   3. poll the marks, napping between questions (20 us, doubling up to 200 us);
 //   4. look at every non-blocking stream and retired event, as a program thread would for a fence
 //      numbered `upto` (an idle answer covers every fence up to the clock; a busy stream gets a
-//      sweep and the look is made again after a nap);
+//      sweep, and the look for the same `upto` is made again after a nap until the sweep has
+//      passed: a new `upto` each time would sweep an always-busy stream anew and never publish);
 //   5. publish `upto`: a query or wait of any fence up to it answers at once, without a driver
 //      call, and a poll in passing of a later one is left to the watcher (CCI_FENCE_PUT_OFF).
 // A program thread that needs a fence the watcher has not reached (a miss, a wait) asks as before;
@@ -124,15 +125,12 @@ static int marks_passed(void)
     return n == 0 && rc == 1 ? -1 : rc;  // no device to mark: nothing can be vouched for
 }
 
-// Steps 1 to 4 for one `upto`: 1 every fence up to it passed, 0 not yet, -1 error.
-static int round_upto(unsigned long long upto)
+// Step 4 (inside the capture gate): 1 every fence up to `upto` passed, 0 not yet, -1 error.
+static int look_upto(unsigned long long upto)
 {
-    int rc = marks_passed();
-    if (rc != 1)
-        return rc;
     if (!cci_capture_gate_enter())
         return 0;
-    rc = cci_cuda_fence_look_upto(upto);
+    int rc = cci_cuda_fence_look_upto(upto);
     cci_capture_gate_leave();
     return rc;
 }
@@ -158,25 +156,41 @@ static void *watch(void *unused)
         return NULL;
     }
     unsigned long long published = 0;
+    // The round's target: kept until it is published, so that a stream always busy (NCCL's)
+    // holds it back only until the sweep recorded for it has passed. A new target each time would
+    // record a new sweep each time and never publish while fences keep coming.
+    unsigned long long target = 0;
+    int marked = 0;  // the target's marks have passed
     long pause = NAP_MIN_NS;
     int errors = 0;
     while (wait_for_news(published)) {
-        unsigned long long upto = cci_cuda_fence_clock();
-        int rc = round_upto(upto);
+        if (!target) {
+            target = cci_cuda_fence_clock();
+            marked = 0;
+        }
+        int rc = marked ? 1 : marks_passed();
         if (rc == 1) {
-            cci_cuda_fence_publish(upto);
-            published = upto;
+            marked = 1;
+            rc = look_upto(target);
+        }
+        if (rc == 1) {
+            cci_cuda_fence_publish(target);
+            published = target;
+            target = 0;
             pause = NAP_MIN_NS;
             errors = 0;
             continue;
         }
-        if (rc < 0 && ++errors >= GIVE_UP_ERRORS) {
-            cci_log(CCI_LOG_DEBUG, "fence watcher: %d rounds in a row failed; the program's threads "
-                    "ask about fences themselves from now on", errors);
-            break;
-        }
-        if (rc == 0)
+        if (rc < 0) {
+            target = 0;  // marks and sweeps anew
+            if (++errors >= GIVE_UP_ERRORS) {
+                cci_log(CCI_LOG_DEBUG, "fence watcher: %d rounds in a row failed; the program's threads "
+                        "ask about fences themselves from now on", errors);
+                break;
+            }
+        } else {
             errors = 0;
+        }
         nap(pause);  // a busy stream's sweep, a capture, an error: again a little later
         pause = pause * 2 > NAP_MAX_NS ? NAP_MAX_NS : pause * 2;
     }
