@@ -97,6 +97,27 @@ CUresult cuStreamDestroy_v2(CUstream s)
     return cci_pl_cu_stream_destroy(s, 1);
 }
 
+// Captures: counted, so that nothing of ours asks a capturing stream (streams.h).
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+{
+    return cci_pl_cu_begin_capture(s, mode, 0);
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    return cci_pl_cu_begin_capture(s, mode, 1);
+}
+
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    return cci_pl_cu_end_capture(s, g, 0);
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+    return cci_pl_cu_end_capture(s, g, 1);
+}
+
 CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned flags)
 {
     return cci_pl_cu_ctx_enable_peer_access(peer, flags);

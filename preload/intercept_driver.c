@@ -385,6 +385,51 @@ CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
     return real(s);
 }
 
+// A capture begun through the driver (a static cudart, a program on the driver API) is counted
+// as one begun through the runtime: before it begins, inside the capture gate, so that nothing
+// of ours asks the capturing stream (a question to it breaks the capture). A runtime hook that
+// is forwarding has counted it already.
+CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUstream, CUstreamCaptureMode) = ptsz ? t->cuStreamBeginCapture_v2_ptsz
+                                                           : t->cuStreamBeginCapture_v2;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (cci_pl_forwarding())
+        return real(s, mode);
+    cci_rule_switch(CCI_RULE_CAPTURE);
+    cci_capture_count(1);
+    CUresult rc = real(s, mode);
+    if (rc != CUDA_SUCCESS)
+        cci_capture_count(-1);
+    return rc;
+}
+
+static int driver_capturing(const cci_real_driver *t, CUstream s, int ptsz)
+{
+    CUresult (*is)(CUstream, CUstreamCaptureStatus *) = ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;
+    CUstreamCaptureStatus st = 0;
+    return is && is(s, &st) == CUDA_SUCCESS && st != 0;
+}
+
+CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUstream, CUgraph *) = ptsz ? t->cuStreamEndCapture_ptsz : t->cuStreamEndCapture;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (cci_pl_forwarding())
+        return real(s, g);
+    // As the runtime's end (streams.c): the stream's state before and after says whether a
+    // capture ended, not the return code.
+    int was = driver_capturing(t, s, ptsz);
+    CUresult rc = real(s, g);
+    if (was && !driver_capturing(t, s, ptsz))
+        cci_capture_ended();
+    return rc;
+}
+
 CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags)
 {
     const cci_real_driver *t = cci_real_drv();

@@ -20,6 +20,9 @@ CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2);
 /// Streams and peer access, observed for the stream rule (stream_registry.h).
 CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int with_priority);
 CUresult cci_pl_cu_stream_destroy(CUstream s, int v2);
+/// Captures begun and ended through the driver, counted as the runtime's are (streams.h).
+CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz);
+CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz);
 CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags);
 
 #endif

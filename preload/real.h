@@ -128,7 +128,11 @@ typedef struct CUevent_st *CUevent;
       (s, flags, prio))                                                                      \
     X(cuStreamDestroy, OPTIONAL, (CUstream s), (s))                                          \
     X(cuStreamDestroy_v2, OPTIONAL, (CUstream s), (s))                                       \
-    X(cuCtxEnablePeerAccess, OPTIONAL, (CUcontext peer, unsigned flags), (peer, flags))
+    X(cuCtxEnablePeerAccess, OPTIONAL, (CUcontext peer, unsigned flags), (peer, flags))      \
+    X(cuStreamBeginCapture_v2, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))        \
+    X(cuStreamBeginCapture_v2_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))   \
+    X(cuStreamEndCapture, OPTIONAL, (CUstream s, CUgraph * g), (s, g))                       \
+    X(cuStreamEndCapture_ptsz, OPTIONAL, (CUstream s, CUgraph * g), (s, g))
 
 /// Called by the CUDA fence group (backend_cuda_fence.c). OPTIONAL: without all of the event
 /// calls the backend offers no fences and the core synchronises the device instead.

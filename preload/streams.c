@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "levels.h"
 #include "real.h"
 #include "stream_registry.h"
 
@@ -35,7 +36,7 @@ void cci_capture_gate_leave(void)
 }
 
 // Counted before the real begin, inside the gate; a begin that failed is taken back.
-static void capture_count(int n)
+void cci_capture_count(int n)
 {
     pthread_mutex_lock(&capture_gate);
     atomic_fetch_add(&cci__captures, n);
@@ -108,10 +109,12 @@ cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int pt
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_rule_switch(CCI_RULE_CAPTURE);  // before the capture: no sync is possible during it
-    capture_count(1);
+    cci_capture_count(1);
+    cci_pl_forwarding_begin();  // the driver's begin below it is this one
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCapture_ptsz(s, m) : rt->cudaStreamBeginCapture(s, m);
+    cci_pl_forwarding_end();
     if (rc != cudaSuccess)
-        capture_count(-1);
+        cci_capture_count(-1);
     return rc;
 }
 
@@ -122,11 +125,13 @@ cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_rule_switch(CCI_RULE_CAPTURE);
-    capture_count(1);
+    cci_capture_count(1);
+    cci_pl_forwarding_begin();
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCaptureToGraph_ptsz(s, g, deps, edata, ndeps, m)
                           : rt->cudaStreamBeginCaptureToGraph(s, g, deps, edata, ndeps, m);
+    cci_pl_forwarding_end();
     if (rc != cudaSuccess)
-        capture_count(-1);
+        cci_capture_count(-1);
     return rc;
 }
 
@@ -137,13 +142,19 @@ cudaError_t cci_pl_end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz)
     // return code, says whether a capture ended.
     int was = cci_stream_capturing(s, ptsz);
     const cci_real_runtime *rt = cci_real_rt();
+    cci_pl_forwarding_begin();
     cudaError_t rc = ptsz ? rt->cudaStreamEndCapture_ptsz(s, g) : rt->cudaStreamEndCapture(s, g);
-    if (was && !cci_stream_capturing(s, ptsz)) {
-        int n = atomic_load(&cci__captures);
-        while (n > 0 && !atomic_compare_exchange_weak(&cci__captures, &n, n - 1))
-            ;
-    }
+    cci_pl_forwarding_end();
+    if (was && !cci_stream_capturing(s, ptsz))
+        cci_capture_ended();
     return rc;
+}
+
+void cci_capture_ended(void)
+{
+    int n = atomic_load(&cci__captures);
+    while (n > 0 && !atomic_compare_exchange_weak(&cci__captures, &n, n - 1))
+        ;
 }
 
 void cci_streams_atfork_child(void)

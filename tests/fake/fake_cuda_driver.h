@@ -290,6 +290,9 @@ CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
+/* Test helper: cuStreamBeginCapture_v2 without going through the exported symbol, so a layer
+ * that hooks that symbol does not see the capture begin. */
+CUresult fakecu_stream_begin_capture_unseen(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);

@@ -665,6 +665,13 @@ FC_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mo
     return stream_begin_capture(hStream, mode, 0);
 }
 
+/* A capture begun behind the back of a layer that hooks cuStreamBeginCapture (as one begun
+ * through an entry point the layer does not wrap would be). */
+FC_API CUresult fakecu_stream_begin_capture_unseen(CUstream hStream, CUstreamCaptureMode mode)
+{
+    return stream_begin_capture(hStream, mode, 0);
+}
+
 FC_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
     return stream_begin_capture(hStream, mode, 1);

@@ -15,9 +15,10 @@
 //                  (a new owner writing on another stream keeps its data).
 //   held-legacy    the same with the late write held on the legacy stream: the watcher's marks
 //                  must not pass before it.
-//   capture-driver a capture begun through the driver API (not counted by the layer) on an idle
-//                  stream, while fences flow and the watcher looks: the capture must survive (the
-//                  watcher asks each stream whether it captures before it queries it).
+//   capture-driver captures begun through the driver API (cuStreamBeginCapture, counted by the
+//                  layer) while blocks are freed: nothing asks a stream while they run.
+//   capture-unseen the same captures begun behind the layer's back: fences flow and the watcher
+//                  looks; the captures survive (it asks each stream whether it captures first).
 //   capture-global a capture in global mode begun through the runtime while the watcher polls a
 //                  mark: the watcher's questions (relaxed mode) must not break it.
 //   fork           a fork while the watcher runs: the child exits at once, the parent goes on.
@@ -135,12 +136,15 @@ static void held(int legacy)
     CUDA_OK(cudaFree(r));
 }
 
-// Frees only while the capture runs: each few close a batch (a fence, news for the watcher), and
-// the program's thread never asks about a fence (it allocates nothing), so every question asked
-// of the capturing stream would be the watcher's.
+// Frees only while each capture runs: each few close a batch (a fence, news for the watcher), and
+// the program's thread never asks about a fence (it allocates nothing). unseen = 0: begun with
+// cuStreamBeginCapture, which the layer counts: no fence is recorded and no stream asked while it
+// runs. unseen = 1: begun behind the layer's back, so fences are recorded and the watcher looks;
+// every question to the capturing stream would be the watcher's, which asks first whether the
+// stream captures (each capture begins while the watcher is idle: see the loop).
 #define CAPTURES 20
 #define FREES_PER_CAPTURE 4
-static void capture_driver(void)
+static void capture_driver(int unseen)
 {
     make_pool();
     cudaStream_t s = make_stream();
@@ -149,21 +153,32 @@ static void capture_driver(void)
         CUDA_OK(cudaMalloc(&held_blocks[i], 2 * BIG));
     struct fakecu_event_calls c0 = calls();
     for (int c = 0; c < CAPTURES; c++) {
-        CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        // The watcher idle at each begin (everything freed so far published): a look that an
+        // unseen begin met half-way could ask the stream between its two questions, a window
+        // nothing can close for a capture the layer cannot see (docs/reuse-modes.md).
+        sleep_ms(50);
+        if (unseen)
+            CU_OK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        else
+            CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
         for (int i = 0; i < FREES_PER_CAPTURE; i++) {
             CUDA_OK(cudaFree(held_blocks[c * FREES_PER_CAPTURE + i]));
             sleep_ms(1);
         }
         CUgraph g = NULL;
         CUresult r = cuStreamEndCapture((CUstream)s, &g);
-        CHECK(r == CUDA_SUCCESS, "capture %d survived the watcher's looks (CUresult %d)", c, (int)r);
+        CHECK(r == CUDA_SUCCESS, "capture %d survived (CUresult %d)", c, (int)r);
         if (g)
             CU_OK(cuGraphDestroy(g));
     }
     struct fakecu_event_calls c1 = calls();
-    printf("capture-driver: %d captures, %llu stream queries meanwhile\n", CAPTURES,
-           c1.stream_queries - c0.stream_queries);
-    CHECK(c1.stream_queries > c0.stream_queries, "the watcher looked while the captures ran");
+    unsigned long long sq = c1.stream_queries - c0.stream_queries;
+    printf("capture-driver%s: %d captures, %llu stream queries meanwhile\n", unseen ? " (unseen)" : "",
+           CAPTURES, sq);
+    if (unseen)
+        CHECK(sq > 0, "the watcher looked while the captures ran (%llu questions)", sq);
+    else
+        CHECK(sq == 0, "a counted capture: no stream was asked while it ran (%llu)", sq);
 }
 
 // A capture in global mode begun through the runtime while the watcher polls its mark (held
@@ -224,7 +239,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-global|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-global|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -236,7 +251,9 @@ int main(int argc, char **argv)
     else if (!strcmp(sc, "held-legacy"))
         held(1);
     else if (!strcmp(sc, "capture-driver"))
-        capture_driver();
+        capture_driver(0);
+    else if (!strcmp(sc, "capture-unseen"))
+        capture_driver(1);
     else if (!strcmp(sc, "capture-global"))
         capture_global();
     else if (!strcmp(sc, "fork"))
