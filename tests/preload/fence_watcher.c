@@ -21,6 +21,7 @@
 //                  looks; the captures survive (it asks each stream whether it captures first).
 //   capture-global a capture in global mode begun through the runtime while the watcher polls a
 //                  mark: the watcher's questions (relaxed mode) must not break it.
+//   busy-stream    a stream always busy while fences keep coming: the watcher still publishes.
 //   fork           a fork while the watcher runs: the child exits at once, the parent goes on.
 #include "fake_cuda_driver.h"
 
@@ -211,6 +212,54 @@ static void capture_global(void)
     CUDA_OK(cudaFree(g));
 }
 
+// Stream B always busy (each item of its work sleeps 2 ms on the fake's worker, one queued per
+// iteration of about 1 ms, so its backlog grows) while blocks are freed and fences recorded faster
+// than a sweep on B passes. Allocations hit spare free blocks, so the program's thread asks only in
+// passing: every batch that becomes reusable during the loop is one the watcher published. It
+// must publish while fences keep coming: a round that took a new target each time would sweep B
+// anew each time and never publish until the fences stop.
+#define BUSY_ITERS 160
+static void busy_item(void *unused)
+{
+    (void)unused;
+    sleep_ms(2);
+}
+
+static void busy_stream(void)
+{
+    ptest_api api = ptest_get_api();
+    make_pool();
+    cudaStream_t b = make_stream();
+    void *spare[BUSY_ITERS + 16];
+    for (int i = 0; i < BUSY_ITERS + 16; i++)
+        CUDA_OK(cudaMalloc(&spare[i], BIG));
+    for (int i = 0; i < BUSY_ITERS + 16; i++)
+        CUDA_OK(cudaFree(spare[i]));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    sleep_ms(300);  // every spare published and reusable
+    void *p;
+    CUDA_OK(cudaMalloc(&p, BIG));  // a hit; its tick completes whatever was published
+    CUDA_OK(cudaFree(p));
+    cci_stats st0 = ptest_stats(&api, 0);
+    for (int i = 0; i < BUSY_ITERS; i++) {
+        CU_OK(fakecu_launch((CUstream)b, 0, busy_item, NULL, NULL));
+        CUDA_OK(cudaMalloc(&p, BIG));
+        CUDA_OK(cudaFree(p));
+        sleep_ms(1);
+    }
+    cci_stats st1 = ptest_stats(&api, 0);
+    int64_t waiting = st1.active_bytes[CCI_POOL_ALL].current - st1.allocated_bytes[CCI_POOL_ALL].current;
+    printf("busy-stream: %llu fences during the loop, %lld MiB of %d MiB freed still waiting, %llu device allocations\n",
+           (unsigned long long)(st1.num_fence_records - st0.num_fence_records), (long long)(waiting >> 20),
+           BUSY_ITERS * (int)(BIG >> 20), (unsigned long long)(st1.num_device_alloc - st0.num_device_alloc));
+    CHECK(st1.num_fence_records - st0.num_fence_records >= 3, "fences kept coming during the loop");
+    // Each publication waits for B's sweep, whose wait grows with B's backlog (session 12, fake:
+    // 54 % of the freed bytes still waited after the loop; 100 % with a new target each round).
+    CHECK(waiting <= (int64_t)(BUSY_ITERS * 3 / 4) * (int64_t)BIG,
+          "the watcher published while B stayed busy: at most 3/4 of the freed bytes still wait");
+    CUDA_OK(cudaStreamSynchronize(b));
+}
+
 static void fork_child(void)
 {
     make_pool();
@@ -239,7 +288,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-global|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-global|busy-stream|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -256,6 +305,8 @@ int main(int argc, char **argv)
         capture_driver(1);
     else if (!strcmp(sc, "capture-global"))
         capture_global();
+    else if (!strcmp(sc, "busy-stream"))
+        busy_stream();
     else if (!strcmp(sc, "fork"))
         fork_child();
     else {
