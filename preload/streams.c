@@ -3,8 +3,9 @@
 //
 // Why count captures instead of asking cudaStreamIsCapturing on every call: the question costs a
 // runtime call per allocation, and programs capture rarely. Counting the captures begun through
-// the runtime's own entry points keeps the fast path at one relaxed load; only while the count is
-// non-zero do we ask the runtime about the stream at hand.
+// the runtime's entry points and the driver's cuStreamBeginCapture (intercept_driver.c) keeps the
+// fast path at one relaxed load; only while the count is non-zero do we ask the runtime about the
+// stream at hand.
 #include "streams.h"
 
 #include <pthread.h>
@@ -15,8 +16,7 @@
 
 _Atomic int cci__captures;
 
-// The capture gate: a capture begun through the runtime is counted before it begins, inside the
-// gate, so a background thread that checked the count inside the gate (the fence watcher) cannot
+// The capture gate: a capture is counted before it begins, inside the gate, so a background thread that checked the count inside the gate (the fence watcher) cannot
 // ask a stream the moment a capture begins on it (a question to a capturing stream breaks the
 // capture). Program threads do not take it: their own calls never race their own begins.
 static pthread_mutex_t capture_gate = PTHREAD_MUTEX_INITIALIZER;

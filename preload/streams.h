@@ -27,20 +27,21 @@ static inline uint64_t cci_stream_key(cudaStream_t s, int ptsz)
     return __builtin_expect(k != 0, 1) ? k : cci__stream_key_per_thread();
 }
 
-/// Captures begun through the runtime and not ended yet, in any thread.
+/// Captures begun (through the runtime or the driver's cuStreamBeginCapture) and not ended yet,
+/// in any thread; counted before they begin.
 extern _Atomic int cci__captures CCI_HIDDEN;
 
-/// Cheap test for the fast path: 0 means no capture begun through the runtime is underway, so
-/// no stream needs asking. A capture begun behind our back (driver API, a static cudart) is not
-/// seen here; the backend then finds out from the driver's own refusal to synchronise.
+/// Cheap test for the fast path: 0 means no counted capture is underway, so no stream needs
+/// asking. A capture begun behind our back (the driver's cuStreamBeginCaptureToGraph, not
+/// wrapped) is not seen here; the backend then finds out from the driver's own refusal.
 static inline int cci_capture_maybe_active(void)
 {
     return atomic_load_explicit(&cci__captures, memory_order_relaxed) > 0;
 }
 
 /// The capture gate (streams.c), for a thread of ours that asks the program's streams in the
-/// background: 1 with the gate held and no capture begun through the runtime underway (none can
-/// begin until cci_capture_gate_leave), 0 (gate not held) while one may be.
+/// background: 1 with the gate held and no counted capture underway (none can begin until
+/// cci_capture_gate_leave), 0 (gate not held) while one may be.
 int cci_capture_gate_enter(void);
 void cci_capture_gate_leave(void);
 /// A capture about to begin (+1, inside the gate) or a begin that failed (-1); one that ended.
