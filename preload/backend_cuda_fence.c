@@ -141,6 +141,13 @@ static _Atomic unsigned long long watched_upto;
 static _Thread_local int on_watcher;
 // Live streams up to which a look is cheap: it is neither rationed nor left to the watcher.
 #define LOOK_CHEAP_STREAMS 4
+// Raises *v to at least `upto` (threads may publish out of order; the clock value only grows).
+static void raise_upto(_Atomic unsigned long long *v, unsigned long long upto)
+{
+    unsigned long long cur = atomic_load(v);
+    while (cur < upto && !atomic_compare_exchange_weak(v, &cur, upto))
+        ;
+}
 // When the last look at the non-blocking streams ended, and what it cost the host (ns).
 static _Atomic unsigned long long last_look_end, last_look_cost;
 // How many non-blocking streams the last look that found anything out saw busy (fence_busy).
@@ -927,10 +934,7 @@ static int order_now(cuda_fence *f)
     if (ok) {
         // Streams born after f's record were not asked (no old work of f's); later fences may
         // have some there, so then only f counts as ordered.
-        unsigned long long upto = o.skipped ? f->seq : o.now;
-        unsigned long long cur = atomic_load(&ordered_upto);
-        while (cur < upto && !atomic_compare_exchange_weak(&ordered_upto, &cur, upto))
-            ;
+        raise_upto(&ordered_upto, o.skipped ? f->seq : o.now);
     }
     return ok;
 }
@@ -1209,7 +1213,5 @@ int cci_cuda_fence_look_upto(unsigned long long upto)
 
 void cci_cuda_fence_publish(unsigned long long upto)
 {
-    unsigned long long cur = atomic_load(&watched_upto);
-    while (cur < upto && !atomic_compare_exchange_weak(&watched_upto, &cur, upto))
-        ;
+    raise_upto(&watched_upto, upto);
 }
