@@ -398,11 +398,10 @@ CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (cci_pl_forwarding())
         return real(s, mode);
-    cci_rule_switch(CCI_RULE_CAPTURE);
-    cci_capture_count(1);
+    cci_capture_begins();
     CUresult rc = real(s, mode);
     if (rc != CUDA_SUCCESS)
-        cci_capture_count(-1);
+        cci_capture_begin_failed();
     return rc;
 }
 

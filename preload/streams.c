@@ -35,12 +35,24 @@ void cci_capture_gate_leave(void)
     pthread_mutex_unlock(&capture_gate);
 }
 
-// Counted before the real begin, inside the gate; a begin that failed is taken back.
-void cci_capture_count(int n)
+static void capture_count(int n)
 {
     pthread_mutex_lock(&capture_gate);
     atomic_fetch_add(&cci__captures, n);
     pthread_mutex_unlock(&capture_gate);
+}
+
+// Before the real begin: the rule switches first (no sync is possible during a capture), then the
+// capture is counted inside the gate. A begin that failed is taken back.
+void cci_capture_begins(void)
+{
+    cci_rule_switch(CCI_RULE_CAPTURE);
+    capture_count(1);
+}
+
+void cci_capture_begin_failed(void)
+{
+    capture_count(-1);
 }
 
 // Per-thread default streams have no handle of their own, so each thread gets a key from a range
@@ -108,13 +120,12 @@ int cci_stream_capturing(cudaStream_t s, int ptsz)
 cudaError_t cci_pl_begin_capture(cudaStream_t s, cudaStreamCaptureMode m, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    cci_rule_switch(CCI_RULE_CAPTURE);  // before the capture: no sync is possible during it
-    cci_capture_count(1);
+    cci_capture_begins();
     cci_pl_forwarding_begin();  // the driver's begin below it is this one
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCapture_ptsz(s, m) : rt->cudaStreamBeginCapture(s, m);
     cci_pl_forwarding_end();
     if (rc != cudaSuccess)
-        cci_capture_count(-1);
+        cci_capture_begin_failed();
     return rc;
 }
 
@@ -124,14 +135,13 @@ cudaError_t cci_pl_begin_capture_to_graph(cudaStream_t s, cudaGraph_t g,
                                           cudaStreamCaptureMode m, int ptsz)
 {
     const cci_real_runtime *rt = cci_real_rt();
-    cci_rule_switch(CCI_RULE_CAPTURE);
-    cci_capture_count(1);
+    cci_capture_begins();
     cci_pl_forwarding_begin();
     cudaError_t rc = ptsz ? rt->cudaStreamBeginCaptureToGraph_ptsz(s, g, deps, edata, ndeps, m)
                           : rt->cudaStreamBeginCaptureToGraph(s, g, deps, edata, ndeps, m);
     cci_pl_forwarding_end();
     if (rc != cudaSuccess)
-        cci_capture_count(-1);
+        cci_capture_begin_failed();
     return rc;
 }
 

@@ -44,9 +44,10 @@ static inline int cci_capture_maybe_active(void)
 /// cci_capture_gate_leave), 0 (gate not held) while one may be.
 int cci_capture_gate_enter(void);
 void cci_capture_gate_leave(void);
-/// A capture about to begin (+1, inside the gate) or a begin that failed (-1); one that ended.
-/// For the capture hooks of both levels.
-void cci_capture_count(int n);
+/// For the capture hooks of both levels: a capture about to begin (the rule switches, then it is
+/// counted inside the gate), a begin that failed (taken back), a capture that ended.
+void cci_capture_begins(void);
+void cci_capture_begin_failed(void);
 void cci_capture_ended(void);
 
 /// 1 when `s` is capturing (active or invalidated) according to the real runtime.
