@@ -64,10 +64,12 @@ static _Atomic int thread_made;  // `thread` exists and is joined by the stop (o
 #define NAP_MAX_NS 200000
 #define GIVE_UP_ERRORS 16  // rounds in a row that met a driver error
 
-static void nap(long ns)
+// Sleeps *pause, then doubles it up to NAP_MAX_NS: the next nap of the same wait.
+static void nap(long *pause)
 {
-    struct timespec t = {0, ns};
+    struct timespec t = {0, *pause};
     nanosleep(&t, NULL);
+    *pause = *pause * 2 > NAP_MAX_NS ? NAP_MAX_NS : *pause * 2;
 }
 
 // Sleeps until the clock passes `published` or a stop. 1 to go on, 0 to stop.
@@ -116,8 +118,7 @@ static int marks_passed(void)
         else if (p == 1)
             i++;
         else {
-            nap(pause);
-            pause = pause * 2 > NAP_MAX_NS ? NAP_MAX_NS : pause * 2;
+            nap(&pause);
         }
     }
     for (int i = 0; i < n; i++)
@@ -191,8 +192,7 @@ static void *watch(void *unused)
         } else {
             errors = 0;
         }
-        nap(pause);  // a busy stream's sweep, a capture, an error: again a little later
-        pause = pause * 2 > NAP_MAX_NS ? NAP_MAX_NS : pause * 2;
+        nap(&pause);  // a busy stream's sweep, a capture, an error: again a little later
     }
     atomic_store(&state, GONE);
     return NULL;
