@@ -50,30 +50,15 @@
 
 static cudaStream_t pool[POOL];
 
-static cudaStream_t make_stream(unsigned flags)
-{
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, flags));
-    return s;
-}
-
 static void make_pool(void)
 {
-    for (int i = 0; i < POOL; i++)
-        pool[i] = make_stream(cudaStreamNonBlocking);
+    ptest_make_pool(pool, POOL);
 }
 
 static void drop_pool(void)
 {
     for (int i = 0; i < POOL; i++)
         CUDA_OK(cudaStreamDestroy(pool[i]));
-}
-
-static struct fakecu_event_calls calls(void)
-{
-    struct fakecu_event_calls c;
-    fakecu_get_event_calls(&c);
-    return c;
 }
 
 // The new owner's work: NEW on its stream, finished before any held work is released.
@@ -111,13 +96,13 @@ static void sweep_query(void)
 {
     ptest_api api = ptest_get_api();
     make_pool();
-    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking), o = ptest_stream(cudaStreamNonBlocking);
     void *q, *r, *s2;
     // Misses that p cannot serve (so nothing waits): the first records p's fence, the second
     // asks it once its legacy event has passed: W is busy, so it gets a sweep.
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     void *p = pending_behind_sweep(w, &q, &s2);
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     CHECK(waiting_bytes(&api) >= (int64_t)BIG,
           "the fence stays pending while W still holds a write to the block (%lld B waiting)",
           (long long)waiting_bytes(&api));
@@ -143,7 +128,7 @@ static void sweep_wait(void)
 {
     // FAKECUDA_CAPACITY leaves room for one BIG block only: the allocator must wait.
     make_pool();
-    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking), o = ptest_stream(cudaStreamNonBlocking);
     void *p, *q;
     CUDA_OK(cudaMalloc(&p, BIG));
     CUDA_OK(fakecuda_stream_hold(w, 1));
@@ -166,11 +151,11 @@ static void burst(void)
 {
     ptest_api api = ptest_get_api();
     make_pool();
-    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking), o = ptest_stream(cudaStreamNonBlocking);
     CUDA_OK(fakecuda_stream_hold(w, 1));
     void *p[BURST], *q[BURST];
     uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     // Growing sizes: no pending block can serve the next request, so nothing waits; each
     // request misses, which closes the batch before it (one fence per freed block).
     for (int i = 0; i < BURST; i++) {
@@ -182,7 +167,7 @@ static void burst(void)
     }
     for (int i = 0; i < BURST; i++)
         CUDA_OK(cudaMalloc(&q[i], BIG + (size_t)(BURST + i) * STEP));
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     uint64_t records = ptest_stats(&api, 0).num_fence_records - records0;
     // Events recorded = one legacy event per fence + the sweeps.
     unsigned long long sweeps = c1.event_records - c0.event_records - records;
@@ -220,7 +205,7 @@ static void born_after(void)
     CUDA_OK(cudaFree(q));
     CUDA_OK(cudaMalloc(&r, 2 * BIG));  // a miss: p and q's fence is recorded (and passes)
     // Born after that record: busy with work that cannot touch p or q.
-    cudaStream_t late = make_stream(cudaStreamNonBlocking);
+    cudaStream_t late = ptest_stream(cudaStreamNonBlocking);
     void *mine;
     CUDA_OK(cudaMalloc(&mine, 4096));
     CUDA_OK(fakecuda_stream_hold(late, 1));
@@ -249,7 +234,7 @@ static void *churn_thread(void *arg)
 {
     int id = (int)(intptr_t)arg;
     unsigned char mark = (unsigned char)(0x10 + id);
-    cudaStream_t w = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking), o = ptest_stream(cudaStreamNonBlocking);
     int clobbered = 0;
     for (int i = 0; i < ITERS; i++) {
         void *p, *q;
@@ -265,7 +250,7 @@ static void *churn_thread(void *arg)
         CUDA_OK(cudaFree(q));
         if (i % 8 == 7) {  // a destroyed writer: its last work is covered by its retired event
             CUDA_OK(cudaStreamDestroy(w));
-            w = make_stream(cudaStreamNonBlocking);
+            w = ptest_stream(cudaStreamNonBlocking);
         }
     }
     CUDA_OK(cudaStreamDestroy(w));
@@ -299,7 +284,7 @@ static void count(int ahead)
     CUDA_OK(cudaMalloc(&warm, BIG));  // the first segment, so that every step below is a miss
     CUDA_OK(cudaFree(warm));
     uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     for (int round = 0; round < ROUNDS; round++) {
         // The GPU is busy with the last `ahead` steps: their fences' legacy events wait.
         CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
@@ -317,7 +302,7 @@ static void count(int ahead)
     }
     void *last;
     CUDA_OK(cudaMalloc(&last, BIG));  // the last batch's fence is recorded and asked
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     double records = (double)(ptest_stats(&api, 0).num_fence_records - records0);
     double sq = (double)(c1.stream_queries - c0.stream_queries);
     double er = (double)(c1.event_records - c0.event_records);
@@ -350,17 +335,17 @@ static void reset_with_sweep(void)
 {
     ptest_api api = ptest_get_api();
     make_pool();  // destroyed by the reset with every other stream of the context
-    cudaStream_t w = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking);
     void *q, *s2;
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     (void)pending_behind_sweep(w, &q, &s2);
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     CHECK(waiting_bytes(&api) >= (int64_t)BIG && c1.event_records - c0.event_records >= 2,
           "before the reset: p's fence pending behind a sweep on W");
     CUDA_OK(cudaDeviceReset());
     CHECK(waiting_bytes(&api) == 0, "the reset forgot the context's blocks, the pending one included");
     // Afresh: a non-blocking stream, a late write held on it, a fenced free, a sweep, then reuse.
-    cudaStream_t w2 = make_stream(cudaStreamNonBlocking), o = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w2 = ptest_stream(cudaStreamNonBlocking), o = ptest_stream(cudaStreamNonBlocking);
     void *b, *c, *d;
     void *a = pending_behind_sweep(w2, &b, &c);
     CHECK(waiting_bytes(&api) >= (int64_t)BIG, "after the reset: a new fence waits on the new stream's sweep");
@@ -391,7 +376,7 @@ typedef struct fence_cost {
 static fence_cost cost_start(const ptest_api *api)
 {
     cci_stats st = ptest_stats(api, 0);
-    return (fence_cost){.records0 = st.num_fence_records, .reserved0 = st.reserved_bytes[0].current, .c0 = calls()};
+    return (fence_cost){.records0 = st.num_fence_records, .reserved0 = st.reserved_bytes[0].current, .c0 = ptest_event_calls()};
 }
 
 // Prints the loop's figures and checks what both scenarios promise: fences were recorded, the
@@ -399,7 +384,7 @@ static fence_cost cost_start(const ptest_api *api)
 // every fence recorded before it; without rationing, each record would get a look of its own).
 static void cost_end(const ptest_api *api, fence_cost *fc, const char *name, int loops)
 {
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     cci_stats st = ptest_stats(api, 0);
     fc->records = (double)(st.num_fence_records - fc->records0);
     fc->asks_per_record = fc->records ? (double)(c1.stream_queries - fc->c0.stream_queries) / fc->records : 0;
@@ -505,7 +490,7 @@ static void poor_fit(int busy)
 {
     ptest_api api = ptest_get_api();
     make_pool();
-    cudaStream_t w = make_stream(cudaStreamNonBlocking);
+    cudaStream_t w = ptest_stream(cudaStreamNonBlocking);
     void *keep[4], *big, *a, *b, *r;
     look_at_streams(w, busy, keep);
     // The GPU is busy from here on: no fence below passes unless the host waits for it.
@@ -520,9 +505,9 @@ static void poor_fit(int busy)
     CUDA_OK(cudaFree(b));
     CUDA_OK(cudaMalloc(&keep[3], 4 * BIG));
     uint64_t waits0 = ptest_stats(&api, 0).num_fence_waits;
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     CUDA_OK(cudaMalloc(&r, BIG));
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     uint64_t waits = ptest_stats(&api, 0).num_fence_waits - waits0;
     unsigned long long ordered = c1.stream_waits - c0.stream_waits;
     printf("poor-fit-%s: r %s, %llu host waits, %llu stream waits queued\n", busy ? "busy" : "idle",

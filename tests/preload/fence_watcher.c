@@ -27,7 +27,6 @@
 
 #include <pthread.h>
 #include <sys/wait.h>
-#include <time.h>
 
 #include "ptest.h"
 
@@ -38,30 +37,14 @@
 
 static cudaStream_t pool[POOL];
 
-static cudaStream_t make_stream(void)
-{
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-}
-
 static void make_pool(void)
 {
-    for (int i = 0; i < POOL; i++)
-        pool[i] = make_stream();
+    ptest_make_pool(pool, POOL);
 }
 
-static struct fakecu_event_calls calls(void)
+static cudaStream_t make_stream(void)
 {
-    struct fakecu_event_calls c;
-    fakecu_get_event_calls(&c);
-    return c;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
+    return ptest_stream(cudaStreamNonBlocking);
 }
 
 // A block freed behind held legacy work, its fence recorded (a miss of another size), then the
@@ -75,7 +58,7 @@ static void *freed_and_settled(void **other)
     CUDA_OK(cudaFree(p));
     CUDA_OK(cudaMalloc(other, 2 * BIG));  // a miss: p's batch gets its fence, still pending
     CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
-    sleep_ms(300);  // the watcher's round takes microseconds; sanitizers and loaded machines more
+    ptest_sleep_ms(300);  // the watcher's round takes microseconds; sanitizers and loaded machines more
     return p;
 }
 
@@ -83,10 +66,10 @@ static void answers(int off)
 {
     make_pool();
     void *other, *p = freed_and_settled(&other);
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     void *q;
     CUDA_OK(cudaMalloc(&q, BIG));
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     unsigned long long sq = c1.stream_queries - c0.stream_queries, eq = c1.event_queries - c0.event_queries;
     printf("answers%s: the reuse asked %llu stream and %llu event questions\n", off ? " (off)" : "", sq, eq);
     CHECK(q == p, "the block came back once its fence had passed");
@@ -117,7 +100,7 @@ static void held(int legacy)
     fakecuda_delayed_fill(p, OLD, BIG, w, 0);
     CUDA_OK(cudaFree(p));
     CUDA_OK(cudaMalloc(&other, 4 * BIG));  // a miss: p's batch gets its fence
-    sleep_ms(300);  // time for a watcher that would vouch wrongly to do so
+    ptest_sleep_ms(300);  // time for a watcher that would vouch wrongly to do so
     void *q;
     CUDA_OK(cudaMalloc(&q, BIG));
     CUDA_OK(cudaMemsetAsync(q, NEW, BIG, o));
@@ -128,7 +111,7 @@ static void held(int legacy)
     CHECK(ptest_all_bytes(q, BIG, NEW), "the new owner's data intact (the late write ran first)");
     CUDA_OK(cudaFree(q));
     CUDA_OK(cudaFree(other));
-    sleep_ms(300);
+    ptest_sleep_ms(300);
     void *r;
     CUDA_OK(cudaMalloc(&r, BIG));
     CUDA_OK(cudaMemsetAsync(r, NEW, BIG, o));
@@ -152,19 +135,19 @@ static void capture_driver(int unseen)
     void *held_blocks[CAPTURES * FREES_PER_CAPTURE];
     for (int i = 0; i < CAPTURES * FREES_PER_CAPTURE; i++)
         CUDA_OK(cudaMalloc(&held_blocks[i], 2 * BIG));
-    struct fakecu_event_calls c0 = calls();
+    struct fakecu_event_calls c0 = ptest_event_calls();
     for (int c = 0; c < CAPTURES; c++) {
         // The watcher idle at each begin (everything freed so far published): a look that an
         // unseen begin met half-way could ask the stream between its two questions, a window
         // nothing can close for a capture the layer cannot see (docs/reuse-modes.md).
-        sleep_ms(50);
+        ptest_sleep_ms(50);
         if (unseen)
             CU_OK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
         else
             CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
         for (int i = 0; i < FREES_PER_CAPTURE; i++) {
             CUDA_OK(cudaFree(held_blocks[c * FREES_PER_CAPTURE + i]));
-            sleep_ms(1);
+            ptest_sleep_ms(1);
         }
         CUgraph g = NULL;
         CUresult r = cuStreamEndCapture((CUstream)s, &g);
@@ -172,7 +155,7 @@ static void capture_driver(int unseen)
         if (g)
             CU_OK(cuGraphDestroy(g));
     }
-    struct fakecu_event_calls c1 = calls();
+    struct fakecu_event_calls c1 = ptest_event_calls();
     unsigned long long sq = c1.stream_queries - c0.stream_queries;
     printf("capture-driver%s: %d captures, %llu stream queries meanwhile\n", unseen ? " (unseen)" : "",
            CAPTURES, sq);
@@ -195,11 +178,11 @@ static void capture_global(void)
     CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
     CUDA_OK(cudaFree(p));
     CUDA_OK(cudaMalloc(&other, 2 * BIG));  // the fence: the watcher marks, then polls its mark
-    sleep_ms(50);
+    ptest_sleep_ms(50);
     for (int c = 0; c < 5; c++) {
         CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
         CUDA_OK(cudaMemsetAsync(g, NEW, BIG, s));
-        sleep_ms(10);  // the watcher polls meanwhile
+        ptest_sleep_ms(10);  // the watcher polls meanwhile
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(s, &graph);
         CHECK(e == cudaSuccess, "global capture %d survived the watcher's polls (error %d)", c, (int)e);
@@ -222,7 +205,7 @@ static void capture_global(void)
 static void busy_item(void *unused)
 {
     (void)unused;
-    sleep_ms(2);
+    ptest_sleep_ms(2);
 }
 
 static void busy_stream(void)
@@ -236,7 +219,7 @@ static void busy_stream(void)
     for (int i = 0; i < BUSY_ITERS + 16; i++)
         CUDA_OK(cudaFree(spare[i]));
     CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
-    sleep_ms(300);  // every spare published and reusable
+    ptest_sleep_ms(300);  // every spare published and reusable
     void *p;
     CUDA_OK(cudaMalloc(&p, BIG));  // a hit; its tick completes whatever was published
     CUDA_OK(cudaFree(p));
@@ -245,7 +228,7 @@ static void busy_stream(void)
         CU_OK(fakecu_launch((CUstream)b, 0, busy_item, NULL, NULL));
         CUDA_OK(cudaMalloc(&p, BIG));
         CUDA_OK(cudaFree(p));
-        sleep_ms(1);
+        ptest_sleep_ms(1);
     }
     cci_stats st1 = ptest_stats(&api, 0);
     int64_t waiting = st1.active_bytes[CCI_POOL_ALL].current - st1.allocated_bytes[CCI_POOL_ALL].current;
@@ -277,7 +260,7 @@ static void fork_child(void)
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
           "the child exited cleanly while the parent's watcher ran");
     CUDA_OK(cudaFree(q));
-    sleep_ms(300);
+    ptest_sleep_ms(300);
     void *r;
     CUDA_OK(cudaMalloc(&r, BIG));
     CHECK(r == p, "the parent goes on: its watcher found the block's new fence passed");

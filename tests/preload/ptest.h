@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ccinterpose.h"
@@ -50,6 +51,37 @@
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
+#endif
+
+// A stream of the program's, created with `flags` (cudaStreamNonBlocking...); must succeed.
+static inline cudaStream_t ptest_stream(unsigned flags)
+{
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, flags));
+    return s;
+}
+
+// n idle non-blocking streams, as PyTorch's stream pool.
+static inline void ptest_make_pool(cudaStream_t *pool, int n)
+{
+    for (int i = 0; i < n; i++)
+        pool[i] = ptest_stream(cudaStreamNonBlocking);
+}
+
+static inline void ptest_sleep_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+#ifdef FAKE_CUDA_DRIVER_H
+// The fake's event and stream call counters (fake_cuda_driver.h) as they stand now.
+static inline struct fakecu_event_calls ptest_event_calls(void)
+{
+    struct fakecu_event_calls c;
+    fakecu_get_event_calls(&c);
+    return c;
+}
 #endif
 
 // The preload's opt-in API, looked up at run time: the tests do not link libccinterpose, they

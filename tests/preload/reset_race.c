@@ -23,18 +23,13 @@ extern char **environ;
 
 static _Atomic int stop;
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {0, ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void *signaller(void *arg)
 {
     (void)arg;
     while (!atomic_load(&stop)) {
         kill(getpid(), SIGUSR1);
-        sleep_ms(2);
+        ptest_sleep_ms(2);
     }
     return NULL;
 }
@@ -89,7 +84,7 @@ static int scenario(int threads, int resets)
         if (cudaDeviceReset() != cudaSuccess)
             cudaGetLastError();
         if (!threads)
-            sleep_ms(1);  // let the dumper run against the fresh state too
+            ptest_sleep_ms(1);  // let the dumper run against the fresh state too
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < n; i++)
