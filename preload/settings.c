@@ -184,6 +184,15 @@ static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
+// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER): 0 or 1. Any other
+// value leaves it on and is kept in `bad` for start-up's warning.
+static int read_on_switch(const char *v, char *bad, size_t bad_size)
+{
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        snprintf(bad, bad_size, "%s", v);
+    return !(v && !strcmp(v, "0"));
+}
+
 // CCI_DEBUG_UNSAFE: see settings.h. Any unknown word refuses the whole value (the knob stays off).
 static void read_debug_unsafe(cci_settings *s, const char *value)
 {
@@ -231,14 +240,9 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     if (s->rank < 0)
         s->rank = parse_rank(lookup("LOCAL_RANK"));
     read_whatif(s, lookup);
-    const char *tc = lookup("CCI_THREAD_CACHE");
-    s->thread_cache = !(tc && !strcmp(tc, "0"));
-    if (tc && *tc && strcmp(tc, "0") && strcmp(tc, "1"))
-        snprintf(s->bad_thread_cache, sizeof s->bad_thread_cache, "%s", tc);
-    const char *fw = lookup("CCI_FENCE_WATCHER");
-    s->fence_watcher = !(fw && !strcmp(fw, "0"));
-    if (fw && *fw && strcmp(fw, "0") && strcmp(fw, "1"))
-        snprintf(s->bad_fence_watcher, sizeof s->bad_fence_watcher, "%s", fw);
+    s->thread_cache = read_on_switch(lookup("CCI_THREAD_CACHE"), s->bad_thread_cache, sizeof s->bad_thread_cache);
+    s->fence_watcher = read_on_switch(lookup("CCI_FENCE_WATCHER"), s->bad_fence_watcher,
+                                      sizeof s->bad_fence_watcher);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 
