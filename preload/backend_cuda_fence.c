@@ -412,14 +412,6 @@ static shared_event *sweep_covering(const cci_stream_cover *c, unsigned long lon
     return NULL;
 }
 
-// 1 when the driver says `s` does not capture (asked of the stream itself: allowed during a capture).
-static int stream_surely_not_capturing(CUstream s)
-{
-    const cci_real_driver *t = cci_real_drv();
-    CUstreamCaptureStatus st = 1;  // active until the driver says otherwise
-    return t->cuStreamIsCapturing && t->cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == 0;
-}
-
 // Is the stream's work from before fence f done? Registry lock held (each_nonblocking).
 // 0 to go on (covered, or pending / collected: lk says which), -1 on error.
 static int cover_stream(const cci_stream_ref *ref, void *arg)
@@ -462,7 +454,7 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
     // queued on it before those frees (CUDA sees work queued by any thread before the call).
     // The watcher asks whether the stream captures first: a capture begun behind our back (the
     // driver API, a static cudart) is not counted, and a question to a capturing stream breaks it.
-    if (lk->careful && !stream_surely_not_capturing(ref->s)) {
+    if (lk->careful && cci_stream_driver_capturing(ref->s, 0) != 0) {
         lk->pending = 1;
         return 0;
     }

@@ -405,13 +405,6 @@ CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
     return rc;
 }
 
-static int driver_capturing(const cci_real_driver *t, CUstream s, int ptsz)
-{
-    CUresult (*is)(CUstream, CUstreamCaptureStatus *) = ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;
-    CUstreamCaptureStatus st = 0;
-    return is && is(s, &st) == CUDA_SUCCESS && st != 0;
-}
-
 CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz)
 {
     const cci_real_driver *t = cci_real_drv();
@@ -422,9 +415,9 @@ CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz)
         return real(s, g);
     // As the runtime's end (streams.c): the stream's state before and after says whether a
     // capture ended, not the return code.
-    int was = driver_capturing(t, s, ptsz);
+    int was = cci_stream_driver_capturing(s, ptsz) == 1;
     CUresult rc = real(s, g);
-    if (was && !driver_capturing(t, s, ptsz))
+    if (was && cci_stream_driver_capturing(s, ptsz) != 1)
         cci_capture_ended();
     return rc;
 }

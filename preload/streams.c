@@ -109,6 +109,16 @@ static cudaStream_t explicit_stream(cudaStream_t s, int ptsz)
     return (s == NULL && ptsz) ? cci_cudaStreamPerThread : s;
 }
 
+int cci_stream_driver_capturing(CUstream s, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*is)(CUstream, CUstreamCaptureStatus *) = ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;
+    CUstreamCaptureStatus st = 0;
+    if (!is || is(s, &st) != CUDA_SUCCESS)
+        return -1;
+    return st != 0;
+}
+
 int cci_stream_capturing(cudaStream_t s, int ptsz)
 {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

@@ -50,6 +50,10 @@ void cci_capture_begins(void);
 void cci_capture_begin_failed(void);
 void cci_capture_ended(void);
 
+/// What the driver says of `s` (`ptsz`: the per-thread entry point): 1 capturing (active or
+/// invalidated), 0 not capturing, -1 it could not say. Allowed on a capturing stream.
+int cci_stream_driver_capturing(CUstream s, int ptsz);
+
 /// 1 when `s` is capturing (active or invalidated) according to the real runtime.
 int cci_stream_capturing(cudaStream_t s, int ptsz);
 
