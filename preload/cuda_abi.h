@@ -54,6 +54,8 @@ typedef int CUstreamCaptureMode;
 enum { CU_STREAM_CAPTURE_MODE_RELAXED = 2 };
 typedef int CUstreamCaptureStatus;       // 0 none, 1 active, 2 invalidated
 typedef struct CUgraph_st *CUgraph;      // the same handles as cudaGraph_t
+typedef struct CUgraphNode_st *CUgraphNode;         // the same handles as cudaGraphNode_t
+typedef struct cudaGraphEdgeData_st CUgraphEdgeData;  // the same layout; only passed by pointer
 typedef struct CUipcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } CUipcMemHandle;
 
 // cuGetProcAddress: flags (CU_GET_PROC_ADDRESS_*) and the symbolStatus of the _v2 ABI.

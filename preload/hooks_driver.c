@@ -108,6 +108,20 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
     return cci_pl_cu_begin_capture(s, mode, 1);
 }
 
+// Into an existing graph (CUDA 12.3; XLA's command buffers): counted like the begin above.
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                     const CUgraphEdgeData *edata, size_t ndeps, CUstreamCaptureMode mode)
+{
+    return cci_pl_cu_begin_capture_to_graph(s, g, deps, edata, ndeps, mode, 0);
+}
+
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                          const CUgraphEdgeData *edata, size_t ndeps,
+                                          CUstreamCaptureMode mode)
+{
+    return cci_pl_cu_begin_capture_to_graph(s, g, deps, edata, ndeps, mode, 1);
+}
+
 CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
 {
     return cci_pl_cu_end_capture(s, g, 0);

@@ -388,7 +388,23 @@ CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
 // A capture begun through the driver (a static cudart, a program on the driver API) is counted
 // as one begun through the runtime: before it begins, inside the capture gate, so that nothing
 // of ours asks the capturing stream (a question to it breaks the capture). A runtime hook that
-// is forwarding has counted it already.
+// is forwarding has counted it already. Every begin (plain or into a graph) is counted by the
+// same two steps: capture_counted before its real call, capture_begun with the call's answer.
+static int capture_counted(void)
+{
+    if (cci_pl_forwarding())
+        return 0;
+    cci_capture_begins();
+    return 1;
+}
+
+static CUresult capture_begun(int counted, CUresult rc)
+{
+    if (counted && rc != CUDA_SUCCESS)
+        cci_capture_begin_failed();
+    return rc;
+}
+
 CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
 {
     const cci_real_driver *t = cci_real_drv();
@@ -396,13 +412,22 @@ CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
                                                            : t->cuStreamBeginCapture_v2;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (cci_pl_forwarding())
-        return real(s, mode);
-    cci_capture_begins();
-    CUresult rc = real(s, mode);
-    if (rc != CUDA_SUCCESS)
-        cci_capture_begin_failed();
-    return rc;
+    int counted = capture_counted();
+    return capture_begun(counted, real(s, mode));
+}
+
+CUresult cci_pl_cu_begin_capture_to_graph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                          const CUgraphEdgeData *edata, size_t ndeps,
+                                          CUstreamCaptureMode mode, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                     CUstreamCaptureMode) = ptsz ? t->cuStreamBeginCaptureToGraph_ptsz
+                                                 : t->cuStreamBeginCaptureToGraph;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int counted = capture_counted();
+    return capture_begun(counted, real(s, g, deps, edata, ndeps, mode));
 }
 
 CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz)

@@ -131,6 +131,14 @@ typedef struct CUevent_st *CUevent;
     X(cuCtxEnablePeerAccess, OPTIONAL, (CUcontext peer, unsigned flags), (peer, flags))      \
     X(cuStreamBeginCapture_v2, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))        \
     X(cuStreamBeginCapture_v2_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))   \
+    X(cuStreamBeginCaptureToGraph, OPTIONAL,                                                 \
+      (CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edata,         \
+       size_t ndeps, CUstreamCaptureMode m),                                                 \
+      (s, g, deps, edata, ndeps, m))                                                         \
+    X(cuStreamBeginCaptureToGraph_ptsz, OPTIONAL,                                            \
+      (CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edata,         \
+       size_t ndeps, CUstreamCaptureMode m),                                                 \
+      (s, g, deps, edata, ndeps, m))                                                         \
     X(cuStreamEndCapture, OPTIONAL, (CUstream s, CUgraph * g), (s, g))                       \
     X(cuStreamEndCapture_ptsz, OPTIONAL, (CUstream s, CUgraph * g), (s, g))
 

@@ -27,13 +27,14 @@ static inline uint64_t cci_stream_key(cudaStream_t s, int ptsz)
     return __builtin_expect(k != 0, 1) ? k : cci__stream_key_per_thread();
 }
 
-/// Captures begun (through the runtime or the driver's cuStreamBeginCapture) and not ended yet,
-/// in any thread; counted before they begin.
+/// Captures begun (through the runtime or the driver's cuStreamBeginCapture[ToGraph]) and not
+/// ended yet, in any thread; counted before they begin.
 extern _Atomic int cci__captures CCI_HIDDEN;
 
 /// Cheap test for the fast path: 0 means no counted capture is underway, so no stream needs
-/// asking. A capture begun behind our back (the driver's cuStreamBeginCaptureToGraph, not
-/// wrapped) is not seen here; the backend then finds out from the driver's own refusal.
+/// asking. A capture begun behind our back (a begin we do not wrap, such as CUDA 13.3's
+/// cuStreamBeginRecaptureToGraph) is not seen here; the backend then finds out from the driver's
+/// own refusal.
 static inline int cci_capture_maybe_active(void)
 {
     return atomic_load_explicit(&cci__captures, memory_order_relaxed) > 0;

@@ -707,6 +707,23 @@ RT_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCa
     return ret_drv(D.cuStreamBeginCapture_v2(stream, (CUstreamCaptureMode)mode));
 }
 
+RT_API cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                 const cudaGraphNode_t *dependencies,
+                                                 const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                                                 enum cudaStreamCaptureMode mode)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuStreamBeginCaptureToGraph(stream, graph, (const CUgraphNode *)dependencies,
+                                                 (const CUgraphEdgeData *)dependencyData, numDependencies,
+                                                 (CUstreamCaptureMode)mode));
+}
+
+RT_API cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
+{
+    ENTER_OR_RETURN(NULL);
+    return ret_drv(D.cuGraphCreate(pGraph, flags));
+}
+
 RT_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
     if (!pGraph)

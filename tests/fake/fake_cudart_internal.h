@@ -47,6 +47,8 @@
     X(cuStreamQuery)               \
     X(cuStreamIsCapturing)         \
     X(cuStreamBeginCapture_v2)     \
+    X(cuStreamBeginCaptureToGraph) \
+    X(cuGraphCreate)               \
     X(cuStreamEndCapture)          \
     X(cuEventCreate)               \
     X(cuEventRecord)               \

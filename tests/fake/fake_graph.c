@@ -62,7 +62,7 @@ void graph_unref(struct CUgraph_st *g)
     free(g);
 }
 
-static struct CUgraph_st *graph_find_locked(CUgraph h)
+struct CUgraph_st *graph_find_locked(CUgraph h)
 {
     struct CUgraph_st *g = NULL;
     if (h)
@@ -76,6 +76,22 @@ static struct CUgraphExec_st *exec_find_locked(CUgraphExec h)
     if (h)
         HASH_FIND_PTR(g_exec_reg, &h, e);
     return e;
+}
+
+FC_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    ENTER();
+    if (!phGraph || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    struct CUgraph_st *g = graph_new_locked();
+    if (g)
+        graph_publish_locked(g);
+    pthread_mutex_unlock(&g_lock);
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraph = g;
+    return CUDA_SUCCESS;
 }
 
 FC_API CUresult cuGraphDestroy(CUgraph hGraph)

@@ -103,6 +103,7 @@ struct CUstream_st {
     CUstreamCaptureMode cap_mode;
     pthread_t cap_thread;
     struct CUgraph_st *cap_graph; /* what the running capture records into */
+    bool cap_to_graph;            /* into a graph the program made (cuStreamBeginCaptureToGraph) */
     /* Held work (fakecu_stream_hold): jobs with seq > released wait until a
      * host wait or a dependent job demands them. */
     bool held;
@@ -252,6 +253,8 @@ bool stream_idle_locked(struct CUstream_st *s);
 /* Appends captured work to the graph that s is capturing into; takes arg. */
 void graph_record_locked(struct CUgraph_st *g, void (*fn)(void *), void *arg, void (*drop)(void *));
 struct CUgraph_st *graph_new_locked(void);
+/* A handle the program holds (registered), or NULL. */
+struct CUgraph_st *graph_find_locked(CUgraph h);
 /* Registers a finished capture's graph so its handle can be used. */
 void graph_publish_locked(struct CUgraph_st *g);
 /* Lock-free: the worker drops launches unlocked, enqueue_locked with g_lock held. */

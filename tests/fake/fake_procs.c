@@ -70,6 +70,7 @@ static const struct proc_entry k_procs[] = {
     PT("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
     PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
     PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+    PT("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz),
     PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
@@ -82,6 +83,7 @@ static const struct proc_entry k_procs[] = {
     PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
     P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     P("cuGraphDestroy", 10000, cuGraphDestroy),
+    P("cuGraphCreate", 10000, cuGraphCreate),
     /* Add new entry points here (one line each; PT for a _ptsz/_ptds twin).
      * Functions defined in other files need a prototype in fake_cuda_driver.h. */
 };

@@ -69,6 +69,7 @@ struct CUstream_st *stream_new_locked(int dev, enum stream_kind kind, bool block
     s->head = s->tail = NULL;
     s->cap = CU_STREAM_CAPTURE_STATUS_NONE;
     s->cap_graph = NULL;
+    s->cap_to_graph = false;
     s->held = false;
     s->released = s->submitted;
 
@@ -107,6 +108,7 @@ void stream_retire_locked(struct CUstream_st *s)
         graph_unref(s->cap_graph);
         s->cap_graph = NULL;
     }
+    s->cap_to_graph = false;
     /* A destroyed stream's queued work still runs, as on the real device. */
     s->held = false;
     pthread_cond_broadcast(&g_progress);
@@ -630,7 +632,9 @@ FC_API CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus
     return stream_is_capturing(hStream, captureStatus, 1);
 }
 
-static CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode, int per_thread)
+/* into: a graph the program made (cuStreamBeginCaptureToGraph), else NULL for a new one. */
+static CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode, int per_thread, bool to_graph,
+                                     CUgraph into)
 {
     ENTER();
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
@@ -638,19 +642,25 @@ static CUresult stream_begin_capture(CUstream h, CUstreamCaptureMode mode, int p
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     struct CUstream_st *s;
+    struct CUgraph_st *g = NULL;
     CUresult r = resolve_stream_locked(h, per_thread, &s);
     if (r)
         goto out;
-    if (s->kind == SK_LEGACY) {
+    if (to_graph && !(g = graph_find_locked(into))) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (s->kind == SK_LEGACY) {
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else if (capture_ongoing(s)) {
         r = CUDA_ERROR_ILLEGAL_STATE;
     } else {
-        s->cap_graph = graph_new_locked();
+        if (g)
+            atomic_fetch_add(&g->refs, 1); /* the capture's reference, dropped at its end */
+        s->cap_graph = g ? g : graph_new_locked();
         if (!s->cap_graph) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
             goto out;
         }
+        s->cap_to_graph = to_graph;
         s->cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         s->cap_mode = mode;
         s->cap_thread = pthread_self();
@@ -662,19 +672,44 @@ out:
 
 FC_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    return stream_begin_capture(hStream, mode, 0);
+    return stream_begin_capture(hStream, mode, 0, false, NULL);
+}
+
+static CUresult begin_capture_to_graph(CUstream h, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                       CUstreamCaptureMode mode, int per_thread)
+{
+    if (ndeps && !deps)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stream_begin_capture(h, mode, per_thread, true, g);
+}
+
+FC_API CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                            CUstreamCaptureMode mode)
+{
+    (void)dependencyData;
+    return begin_capture_to_graph(hStream, hGraph, dependencies, numDependencies, mode, 0);
+}
+
+FC_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode *dependencies,
+                                                 const CUgraphEdgeData *dependencyData,
+                                                 size_t numDependencies, CUstreamCaptureMode mode)
+{
+    (void)dependencyData;
+    return begin_capture_to_graph(hStream, hGraph, dependencies, numDependencies, mode, 1);
 }
 
 /* A capture begun behind the back of a layer that hooks cuStreamBeginCapture (as one begun
  * through an entry point the layer does not wrap would be). */
 FC_API CUresult fakecu_stream_begin_capture_unseen(CUstream hStream, CUstreamCaptureMode mode)
 {
-    return stream_begin_capture(hStream, mode, 0);
+    return stream_begin_capture(hStream, mode, 0, false, NULL);
 }
 
 FC_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    return stream_begin_capture(hStream, mode, 1);
+    return stream_begin_capture(hStream, mode, 1, false, NULL);
 }
 
 static CUresult stream_end_capture(CUstream h, CUgraph *phGraph, int per_thread)
@@ -696,10 +731,13 @@ static CUresult stream_end_capture(CUstream h, CUgraph *phGraph, int per_thread)
         s->cap = CU_STREAM_CAPTURE_STATUS_NONE;
         struct CUgraph_st *g = s->cap_graph;
         s->cap_graph = NULL;
-        if (ok)
+        if (s->cap_to_graph)
+            graph_unref(g); /* the program's graph: its handle keeps it (registered already) */
+        else if (ok)
             graph_publish_locked(g);
         else
             graph_unref(g);
+        s->cap_to_graph = false;
         *phGraph = ok ? g : NULL;
         r = ok ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }

@@ -572,7 +572,7 @@ static void test_holds_waits_graphs(void)
     CHECK(cudaStreamCreateWithPriority(&b, cudaStreamNonBlocking, -1) == cudaSuccess);
     CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess);
     unsigned char *p;
-    CHECK(cudaMalloc((void **)&p, 4096) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&p, 8192) == cudaSuccess);
     memset(p, 0, 4096);
 
     /* Held: the work stays queued through queries; the event's synchronisation runs it. */
@@ -615,6 +615,30 @@ static void test_holds_waits_graphs(void)
     CHECK(cudaStreamSynchronize(b) == cudaSuccess);
     CHECK(all_bytes(p, 0x44, 4096));
     CHECK(cudaGraphLaunch(exec, b) == cudaErrorInvalidValue);
+
+    /* A capture into the program's own graph (cudaStreamBeginCaptureToGraph): appended after
+     * the graph's earlier work; the end hands back that graph; a graph that is not one fails. */
+    cudaGraph_t mine, got = NULL;
+    int not_a_graph;
+    CHECK(cudaGraphCreate(&mine, 0) == cudaSuccess);
+    CHECK(cudaStreamBeginCaptureToGraph(cap, (cudaGraph_t)&not_a_graph, NULL, NULL, 0, cudaStreamCaptureModeRelaxed) ==
+          cudaErrorInvalidValue);
+    CHECK(cudaStreamBeginCaptureToGraph(cap, mine, NULL, NULL, 1, cudaStreamCaptureModeRelaxed) ==
+          cudaErrorInvalidValue);
+    CHECK(cudaStreamBeginCaptureToGraph(cap, mine, NULL, NULL, 0, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x55, 4096, cap, 0);
+    CHECK(cudaStreamEndCapture(cap, &got) == cudaSuccess && got == mine);
+    CHECK(cuStreamBeginCaptureToGraph((CUstream)cap, mine, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED) ==
+          CUDA_SUCCESS);
+    fakecuda_delayed_fill(p + 4096, 0x66, 4096, cap, 0);
+    CHECK(cuStreamEndCapture((CUstream)cap, &got) == CUDA_SUCCESS && got == mine);
+    CHECK(all_bytes(p, 0x44, 4096));
+    CHECK(cudaGraphInstantiate(&exec, mine, 0) == cudaSuccess);
+    CHECK(cudaGraphDestroy(mine) == cudaSuccess);
+    CHECK(cudaGraphLaunch(exec, a) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(a) == cudaSuccess);
+    CHECK(all_bytes(p, 0x55, 4096) && all_bytes(p + 4096, 0x66, 4096));
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
 
     /* A driver-created stream resolves through cuGetProcAddress too. */
     void *fn = NULL;

@@ -16,7 +16,12 @@
 //   held-legacy    the same with the late write held on the legacy stream: the watcher's marks
 //                  must not pass before it.
 //   capture-driver captures begun through the driver API (cuStreamBeginCapture, counted by the
-//                  layer) while blocks are freed: nothing asks a stream while they run.
+//                  layer) while blocks are freed: nothing asks a stream while they run, and once
+//                  they have ended the watcher looks again (each begin counted once, each end too).
+//   capture-to-graph         the same, begun with the driver's cuStreamBeginCaptureToGraph into a
+//                            graph of the program's (CUDA 12.3, XLA's command buffers).
+//   capture-to-graph-runtime the same through the runtime's cudaStreamBeginCaptureToGraph, which
+//                            calls the driver's: the capture is counted once.
 //   capture-unseen the same captures begun behind the layer's back: fences flow and the watcher
 //                  looks; the captures survive (it asks each stream whether it captures first).
 //   capture-global a capture in global mode begun through the runtime while the watcher polls a
@@ -128,8 +133,33 @@ static void held(int legacy)
 // stream captures (each capture begins while the watcher is idle: see the loop).
 #define CAPTURES 20
 #define FREES_PER_CAPTURE 4
-static void capture_driver(int unseen)
+// How capture_driver begins its captures.
+enum begin_kind { BEGIN_DRIVER, BEGIN_UNSEEN, BEGIN_TO_GRAPH, BEGIN_TO_GRAPH_RUNTIME };
+static const char *const begin_names[] = {"capture-driver", "capture-unseen", "capture-to-graph",
+                                          "capture-to-graph-runtime"};
+
+// A capture into `into` (the to-graph kinds) or into a new graph.
+static void begin_capture(enum begin_kind kind, cudaStream_t s, CUgraph into)
 {
+    switch (kind) {
+    case BEGIN_DRIVER:
+        CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        break;
+    case BEGIN_UNSEEN:
+        CU_OK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        break;
+    case BEGIN_TO_GRAPH:
+        CU_OK(cuStreamBeginCaptureToGraph((CUstream)s, into, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+        break;
+    case BEGIN_TO_GRAPH_RUNTIME:
+        CUDA_OK(cudaStreamBeginCaptureToGraph(s, into, NULL, NULL, 0, cudaStreamCaptureModeRelaxed));
+        break;
+    }
+}
+
+static void capture_driver(enum begin_kind kind)
+{
+    int into_graph = kind == BEGIN_TO_GRAPH || kind == BEGIN_TO_GRAPH_RUNTIME;
     make_pool();
     cudaStream_t s = make_stream();
     void *held_blocks[CAPTURES * FREES_PER_CAPTURE];
@@ -141,10 +171,10 @@ static void capture_driver(int unseen)
         // unseen begin met half-way could ask the stream between its two questions, a window
         // nothing can close for a capture the layer cannot see (docs/reuse-modes.md).
         ptest_sleep_ms(50);
-        if (unseen)
-            CU_OK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
-        else
-            CU_OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        CUgraph into = NULL;
+        if (into_graph)
+            CU_OK(cuGraphCreate(&into, 0));
+        begin_capture(kind, s, into);
         for (int i = 0; i < FREES_PER_CAPTURE; i++) {
             CUDA_OK(cudaFree(held_blocks[c * FREES_PER_CAPTURE + i]));
             ptest_sleep_ms(1);
@@ -152,17 +182,32 @@ static void capture_driver(int unseen)
         CUgraph g = NULL;
         CUresult r = cuStreamEndCapture((CUstream)s, &g);
         CHECK(r == CUDA_SUCCESS, "capture %d survived (CUresult %d)", c, (int)r);
+        CHECK(!into_graph || g == into, "capture %d ended into the program's graph", c);
         if (g)
             CU_OK(cuGraphDestroy(g));
     }
     struct fakecu_event_calls c1 = ptest_event_calls();
     unsigned long long sq = c1.stream_queries - c0.stream_queries;
-    printf("capture-driver%s: %d captures, %llu stream queries meanwhile\n", unseen ? " (unseen)" : "",
-           CAPTURES, sq);
-    if (unseen)
+    // Frees after the captures are fenced again, and the watcher looks (a begin counted twice,
+    // or an end not counted, would leave a capture running for good: no fence, no look).
+    // The blocks are taken again (all of the pool), freed, and one more wanted: only the frees'
+    // fences can give it without growing the pool.
+    for (int i = 0; i < CAPTURES * FREES_PER_CAPTURE; i++)
+        CUDA_OK(cudaMalloc(&held_blocks[i], 2 * BIG));
+    for (int i = 0; i < CAPTURES * FREES_PER_CAPTURE; i++)
+        CUDA_OK(cudaFree(held_blocks[i]));
+    void *q;
+    CUDA_OK(cudaMalloc(&q, 2 * BIG));
+    ptest_sleep_ms(200);
+    unsigned long long sq_after = ptest_event_calls().stream_queries - c1.stream_queries;
+    printf("%s: %d captures, %llu stream queries meanwhile, %llu after them\n", begin_names[kind], CAPTURES,
+           sq, sq_after);
+    if (kind == BEGIN_UNSEEN)
         CHECK(sq > 0, "the watcher looked while the captures ran (%llu questions)", sq);
     else
         CHECK(sq == 0, "a counted capture: no stream was asked while it ran (%llu)", sq);
+    CHECK(sq_after > 0, "fences were looked at once the captures had ended (%llu questions)", sq_after);
+    CUDA_OK(cudaFree(q));
 }
 
 // A capture in global mode begun through the runtime while the watcher polls its mark (held
@@ -271,7 +316,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-global|busy-stream|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-to-graph|capture-to-graph-runtime|capture-global|busy-stream|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -283,9 +328,13 @@ int main(int argc, char **argv)
     else if (!strcmp(sc, "held-legacy"))
         held(1);
     else if (!strcmp(sc, "capture-driver"))
-        capture_driver(0);
+        capture_driver(BEGIN_DRIVER);
     else if (!strcmp(sc, "capture-unseen"))
-        capture_driver(1);
+        capture_driver(BEGIN_UNSEEN);
+    else if (!strcmp(sc, "capture-to-graph"))
+        capture_driver(BEGIN_TO_GRAPH);
+    else if (!strcmp(sc, "capture-to-graph-runtime"))
+        capture_driver(BEGIN_TO_GRAPH_RUNTIME);
     else if (!strcmp(sc, "capture-global"))
         capture_global();
     else if (!strcmp(sc, "busy-stream"))
