@@ -87,6 +87,9 @@ check(single["verdict"].startswith("not resolvable: one native run"), f"one nati
 straddle = rs.time_figures({1: 10.35, 2: 10.1, 3: 10.65}, {1: 10.0, 2: 10.2, 3: 10.3})
 check(straddle["verdict"].startswith("not resolvable at this noise"), f"straddling interval: {straddle['verdict']}")
 check(rs.time_figures({}, {1: 1.0})["verdict"] == "no runs", "no runs of ours")
+# The fastest runs: every run of every process counts; a side without runs gives no figure.
+check(near(rs.fastest_ratio([0.75, 0.55, 0.80], [0.70, 0.50, 0.52]), 0.55 / 0.50), "fastest over fastest")
+check(rs.fastest_ratio([], [0.5]) is None and rs.fastest_ratio([0.5], [None]) is None, "no run, no figure")
 
 # ---- nvml_peak: process choice, sampler, absent library ----------------------------------------
 check(nvml_peak.pick_process_memory([(7, 100), (8, 200)], 8) == (200, "process"), "our pid's figure")
@@ -118,11 +121,14 @@ check(dev is not None or (isinstance(why, str) and why), f"opening NVML gives a 
 MiB = 1 << 20
 
 
-def torch_line(w, secs, peak, rsum, cci_peak=None):
+def torch_line(w, secs, peak, rsum, cci_peak=None, runs=None):
     cci = None if cci_peak is None else {"active": True, "peak_reserved_mib": cci_peak, "peak_allocated_mib": 100.0,
                                          "num_sync_all_streams": 0, "num_fence_records": 5, "num_fence_waits": 1}
-    return json.dumps({"workload": w, "seconds": secs, "peak_reserved_mib": peak, "peak_allocated_mib": 100.0,
-                       "result_sum": rsum, "cci": cci})
+    line = {"workload": w, "seconds": secs, "peak_reserved_mib": peak, "peak_allocated_mib": 100.0,
+            "result_sum": rsum, "cci": cci}
+    if runs:
+        line["seconds_runs"] = runs
+    return json.dumps(line)
 
 
 def write(d, name, text):
@@ -158,6 +164,7 @@ with tempfile.TemporaryDirectory() as d:
     tline = [l for l in out.splitlines() if "ours default" in l][-1]
     check(tline.split()[3] == "3" and "10.100-10.200" in tline and tline.rstrip().endswith("met"),
           f"time row: runs, min-max, verdict: {tline}")
+    check(f" {10.1 / 10.0:.3f}  met" in tline, f"fastest: ours' fastest process over native's: {tline}")
     check("round(s), every configuration once per round" in out, "the time table says how it was taken")
 
     # One round of ours gives another result_sum: the check must fail and name the round.
@@ -170,6 +177,19 @@ with tempfile.TemporaryDirectory() as d:
     write(d, "torch-seedfrag-ours-r2.log", "Traceback: CUDA error")
     rc, out = report("check", d, "native ours")
     check(rc == 1 and "round 2 failed" in out, "a failed round -> exit 1")
+
+with tempfile.TemporaryDirectory() as d:
+    # Timed runs within each process (torch_run.py's seconds_runs): the fastest of all of them,
+    # each side, in the "fastest" column.
+    for r, (n_runs, o_runs) in enumerate([([0.70, 0.50, 0.52], [0.80, 0.62, 0.60]),
+                                          ([0.71, 0.69, 0.70], [0.75, 0.55, 0.58]),
+                                          ([0.72, 0.66, 0.70], [0.79, 0.71, 0.70])], start=1):
+        write(d, f"torch-seedfrag-native-r{r}.log", torch_line("seedfrag", sorted(n_runs)[1], 200.0, 1.5, runs=n_runs))
+        write(d, f"torch-seedfrag-ours-r{r}.log",
+              torch_line("seedfrag", sorted(o_runs)[1], 0.0, 1.5, cci_peak=210.0, runs=o_runs))
+    rc, out = report("check", d, "native ours")
+    tline = [l for l in out.splitlines() if "ours default" in l][-1]
+    check(rc == 0 and f" {0.55 / 0.50:.3f}  " in tline, f"fastest over every timed run: {tline}")
 
 with tempfile.TemporaryDirectory() as d:
     # Before REPEATS: one torch-<w>-<c>.log per configuration is read as round 1.
