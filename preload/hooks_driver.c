@@ -97,7 +97,18 @@ CUresult cuStreamDestroy_v2(CUstream s)
     return cci_pl_cu_stream_destroy(s, 1);
 }
 
-// Captures: counted, so that nothing of ours asks a capturing stream (streams.h).
+// Captures: counted, so that nothing of ours asks a capturing stream (streams.h). The first ABI
+// (CUDA 10.0, no mode: global) is what cuGetProcAddress hands a caller asking for version 10000.
+CUresult cuStreamBeginCapture(CUstream s)
+{
+    return cci_pl_cu_begin_capture_v1(s, 0);
+}
+
+CUresult cuStreamBeginCapture_ptsz(CUstream s)
+{
+    return cci_pl_cu_begin_capture_v1(s, 1);
+}
+
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
 {
     return cci_pl_cu_begin_capture(s, mode, 0);

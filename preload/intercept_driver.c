@@ -416,6 +416,16 @@ CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz)
     return capture_begun(counted, real(s, mode));
 }
 
+CUresult cci_pl_cu_begin_capture_v1(CUstream s, int ptsz)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUresult (*real)(CUstream) = ptsz ? t->cuStreamBeginCapture_ptsz : t->cuStreamBeginCapture;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int counted = capture_counted();
+    return capture_begun(counted, real(s));
+}
+
 CUresult cci_pl_cu_begin_capture_to_graph(CUstream s, CUgraph g, const CUgraphNode *deps,
                                           const CUgraphEdgeData *edata, size_t ndeps,
                                           CUstreamCaptureMode mode, int ptsz)

@@ -22,6 +22,7 @@ CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int 
 CUresult cci_pl_cu_stream_destroy(CUstream s, int v2);
 /// Captures begun and ended through the driver, counted as the runtime's are (streams.h).
 CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz);
+CUresult cci_pl_cu_begin_capture_v1(CUstream s, int ptsz);
 CUresult cci_pl_cu_begin_capture_to_graph(CUstream s, CUgraph g, const CUgraphNode *deps,
                                           const CUgraphEdgeData *edata, size_t ndeps,
                                           CUstreamCaptureMode mode, int ptsz);

@@ -129,6 +129,8 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamDestroy, OPTIONAL, (CUstream s), (s))                                          \
     X(cuStreamDestroy_v2, OPTIONAL, (CUstream s), (s))                                       \
     X(cuCtxEnablePeerAccess, OPTIONAL, (CUcontext peer, unsigned flags), (peer, flags))      \
+    X(cuStreamBeginCapture, OPTIONAL, (CUstream s), (s))                                     \
+    X(cuStreamBeginCapture_ptsz, OPTIONAL, (CUstream s), (s))                                \
     X(cuStreamBeginCapture_v2, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))        \
     X(cuStreamBeginCapture_v2_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureMode m), (s, m))   \
     X(cuStreamBeginCaptureToGraph, OPTIONAL,                                                 \

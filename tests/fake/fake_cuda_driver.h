@@ -298,6 +298,10 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
  * that hooks that symbol does not see the capture begin. */
 CUresult fakecu_stream_begin_capture_unseen(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+/* The first ABI (CUDA 10.0): no mode, a global-mode capture; cuGetProcAddress hands it out to a
+ * caller asking for a version below 10010. */
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
 /* Into an existing graph (CUDA 12.3): the capture appends to hGraph, and the end hands back

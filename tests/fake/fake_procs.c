@@ -70,6 +70,7 @@ static const struct proc_entry k_procs[] = {
     PT("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
     PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
     PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+    PT("cuStreamBeginCapture", 10000, cuStreamBeginCapture, cuStreamBeginCapture_ptsz), /* the first ABI */
     PT("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz),
     PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
@@ -139,10 +140,10 @@ static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, cuu
                 continue;
             if (cudaVersion < e->since) {
                 st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-            } else {
-                *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && e->fn_ptsz ? e->fn_ptsz : e->fn;
-                st = CU_GET_PROC_ADDRESS_SUCCESS;
+                continue; /* an older ABI of the same name may follow (newest first) */
             }
+            *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && e->fn_ptsz ? e->fn_ptsz : e->fn;
+            st = CU_GET_PROC_ADDRESS_SUCCESS;
             break;
         }
     }

@@ -670,6 +670,16 @@ out:
     return r;
 }
 
+FC_API CUresult cuStreamBeginCapture(CUstream hStream)
+{
+    return stream_begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, 0, false, NULL);
+}
+
+FC_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
+{
+    return stream_begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, 1, false, NULL);
+}
+
 FC_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     return stream_begin_capture(hStream, mode, 0, false, NULL);

@@ -94,6 +94,14 @@ static void test_procaddress(void)
     CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
     CHECK_EQ(cuGetProcAddress_v2("cuMemFree", &fn, 13000, 0, &st), CUDA_SUCCESS);
     CHECK(fn == (void *)cuMemFree_v2);
+    /* One name, two ABIs: the version asked for picks (cuStreamBeginCapture: mode-less until 10.1). */
+    CHECK_EQ(cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 10010, 0, &st), CUDA_SUCCESS);
+    CHECK(fn == (void *)cuStreamBeginCapture_v2 && st == CU_GET_PROC_ADDRESS_SUCCESS);
+    CHECK_EQ(cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 10000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+             CUDA_SUCCESS);
+    CHECK(fn == (void *)cuStreamBeginCapture_ptsz && st == CU_GET_PROC_ADDRESS_SUCCESS);
+    CHECK_EQ(cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 9020, 0, &st), CUDA_SUCCESS);
+    CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     CHECK_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, 0, &st), CUDA_SUCCESS);
     CHECK(fn == (void *)cuMemAllocAsync);
     CHECK_EQ(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
@@ -130,7 +138,8 @@ static void test_procaddress(void)
     CHECK_EQ(fakecuda_procaddress_calls("cuMemAllocAsync"), 3);
     CHECK_EQ(fakecuda_procaddress_calls("cuNoSuchThing"), 1);
     CHECK_EQ(fakecuda_procaddress_calls("cuMemcpy"), 0);
-    CHECK_EQ(fakecuda_procaddress_calls(NULL), 13);
+    CHECK_EQ(fakecuda_procaddress_calls("cuStreamBeginCapture"), 3);
+    CHECK_EQ(fakecuda_procaddress_calls(NULL), 16);
 
     /* The runtime's entry-point lookup reaches the same driver table. */
     enum cudaDriverEntryPointQueryResult q = 9;

@@ -22,6 +22,9 @@
 //                            graph of the program's (CUDA 12.3, XLA's command buffers).
 //   capture-to-graph-runtime the same through the runtime's cudaStreamBeginCaptureToGraph, which
 //                            calls the driver's: the capture is counted once.
+//   capture-v1     the same with the driver's first ABI (mode-less, global), found as an old static
+//                  cudart finds it: cuGetProcAddress("cuStreamBeginCapture", version 10000); the
+//                  thread in relaxed interaction mode, so that it may free during the capture.
 //   capture-unseen the same captures begun behind the layer's back: fences flow and the watcher
 //                  looks; the captures survive (it asks each stream whether it captures first).
 //   capture-global a capture in global mode begun through the runtime while the watcher polls a
@@ -134,9 +137,9 @@ static void held(int legacy)
 #define CAPTURES 20
 #define FREES_PER_CAPTURE 4
 // How capture_driver begins its captures.
-enum begin_kind { BEGIN_DRIVER, BEGIN_UNSEEN, BEGIN_TO_GRAPH, BEGIN_TO_GRAPH_RUNTIME };
+enum begin_kind { BEGIN_DRIVER, BEGIN_UNSEEN, BEGIN_TO_GRAPH, BEGIN_TO_GRAPH_RUNTIME, BEGIN_V1 };
 static const char *const begin_names[] = {"capture-driver", "capture-unseen", "capture-to-graph",
-                                          "capture-to-graph-runtime"};
+                                          "capture-to-graph-runtime", "capture-v1"};
 
 // A capture into `into` (the to-graph kinds) or into a new graph.
 static void begin_capture(enum begin_kind kind, cudaStream_t s, CUgraph into)
@@ -154,12 +157,24 @@ static void begin_capture(enum begin_kind kind, cudaStream_t s, CUgraph into)
     case BEGIN_TO_GRAPH_RUNTIME:
         CUDA_OK(cudaStreamBeginCaptureToGraph(s, into, NULL, NULL, 0, cudaStreamCaptureModeRelaxed));
         break;
+    case BEGIN_V1: {
+        CUresult (*begin_v1)(CUstream) = NULL;
+        CUdriverProcAddressQueryResult st;
+        CU_OK(cuGetProcAddress_v2("cuStreamBeginCapture", (void **)&begin_v1, 10000, 0, &st));
+        CHECK(begin_v1 && st == CU_GET_PROC_ADDRESS_SUCCESS, "the first ABI of cuStreamBeginCapture found");
+        CU_OK(begin_v1((CUstream)s));
+        break;
+    }
     }
 }
 
 static void capture_driver(enum begin_kind kind)
 {
     int into_graph = kind == BEGIN_TO_GRAPH || kind == BEGIN_TO_GRAPH_RUNTIME;
+    if (kind == BEGIN_V1) {  // its captures are global: this thread's frees during them are then allowed
+        CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CU_OK(cuThreadExchangeStreamCaptureMode(&relaxed));
+    }
     make_pool();
     cudaStream_t s = make_stream();
     void *held_blocks[CAPTURES * FREES_PER_CAPTURE];
@@ -316,7 +331,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-to-graph|capture-to-graph-runtime|capture-global|busy-stream|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-to-graph|capture-to-graph-runtime|capture-v1|capture-global|busy-stream|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -335,6 +350,8 @@ int main(int argc, char **argv)
         capture_driver(BEGIN_TO_GRAPH);
     else if (!strcmp(sc, "capture-to-graph-runtime"))
         capture_driver(BEGIN_TO_GRAPH_RUNTIME);
+    else if (!strcmp(sc, "capture-v1"))
+        capture_driver(BEGIN_V1);
     else if (!strcmp(sc, "capture-global"))
         capture_global();
     else if (!strcmp(sc, "busy-stream"))
