@@ -163,7 +163,7 @@ enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
     shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered,
-    watcher_checks, watcher_rounds, watched_answers;
+    watcher_checks, watcher_rounds, watched_answers, watcher_looks_ahead, order_skips;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
@@ -198,14 +198,16 @@ void cci_cuda_fence_log_costs(void)
             atomic_load(&shared_queries), atomic_load(&looks_put_off));
     if (atomic_load(&watcher_rounds))
         cci_log(CCI_LOG_INFO, "fence watcher (a thread of ours): %llu looks made every fence up to "
-                "them passed, %llu of the stream queries above were its own; %llu fence questions of "
-                "the program's threads answered from them without a driver call",
-                atomic_load(&watcher_rounds), atomic_load(&watcher_checks), atomic_load(&watched_answers));
+                "them passed, %llu of the stream queries above were its own (%llu looks ahead); %llu "
+                "fence questions of the program's threads answered from them without a driver call",
+                atomic_load(&watcher_rounds), atomic_load(&watcher_checks), atomic_load(&watcher_looks_ahead),
+                atomic_load(&watched_answers));
     if (atomic_load(&orders_made) || atomic_load(&orders_refused))
         cci_log(CCI_LOG_INFO, "fences ordered on the GPU instead of waited for: %llu rounds, %llu "
-                "more covered by an earlier round (%llu stream waits queued, %.1f ms); %llu refused "
-                "(the host waited)", atomic_load(&orders_made), atomic_load(&orders_covered),
-                atomic_load(&order_injections), ns[COST_ORDER] / 1e6, atomic_load(&orders_refused));
+                "more covered by an earlier round (%llu stream waits queued, %.1f ms; %llu streams "
+                "not asked, found idle since); %llu refused (the host waited)", atomic_load(&orders_made),
+                atomic_load(&orders_covered), atomic_load(&order_injections), ns[COST_ORDER] / 1e6,
+                atomic_load(&order_skips), atomic_load(&orders_refused));
 }
 
 static int have_events(const cci_real_driver *t)
@@ -345,6 +347,7 @@ typedef struct look {
     const cuda_fence *f;
     int waiting;
     int careful;                 // the watcher's: a stream is asked whether it captures first
+    int idle_only;               // a look ahead: idle streams covered, busy ones left (no sweep)
     int pending;                 // query: some stream's work before the fence has not run yet
     unsigned asked;              // streams asked or swept (the look's driver calls)
     unsigned busy;               // streams found with work before the fence (swept or sweep pending)
@@ -477,8 +480,13 @@ static int cover_stream(const cci_stream_ref *ref, void *arg)
         return -1;
     }
     // Busy: one sweep now, after all its work queued before those fences. Every fence up to
-    // `now` that still needs this stream shares it.
+    // `now` that still needs this stream shares it. A look ahead records none: it comes again at
+    // every new fence, and a stream that stays busy (NCCL's) would gather a sweep each time.
     lk->busy++;
+    if (lk->idle_only) {
+        lk->pending = 1;
+        return 0;
+    }
     shared_event *n = calloc(1, sizeof *n);
     if (!n)
         return -1;
@@ -866,6 +874,13 @@ static int order_ask(const cci_stream_ref *ref, void *arg)
         o->skipped = 1;
         return 0;  // registered after the record: none of its work is the old owners'
     }
+    // Found idle after every fence up to `now` was recorded (a look, most often the watcher's
+    // look ahead): its old work has run, as an idle answer now would say.
+    const cci_stream_cover *covered = *ref->cover;
+    if (covered && covered->covered >= o->now) {
+        count(&order_skips);
+        return 0;
+    }
     count(&stream_checks);
     CUresult q = t->cuStreamQuery(ref->s);
     if (q == CUDA_SUCCESS) {
@@ -1119,6 +1134,8 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&watched_upto, 0);
     atomic_store(&watcher_checks, 0);
     atomic_store(&watcher_rounds, 0);
+    atomic_store(&watcher_looks_ahead, 0);
+    atomic_store(&order_skips, 0);
     atomic_store(&watched_answers, 0);
     for (int k = 0; k < COST_KINDS; k++) {
         atomic_store(&cost_calls[k], 0);
@@ -1200,6 +1217,17 @@ int cci_cuda_fence_look_upto(unsigned long long upto)
     look_drop(&lk);
     if (rc == 1)
         count(&watcher_rounds);
+    return rc;
+}
+
+int cci_cuda_fence_look_ahead(void)
+{
+    on_watcher = 1;
+    cuda_fence f = {.seq = atomic_load(&fence_clock), .streams = cci_stream_registry_epoch()};
+    look lk = {.f = &f, .careful = 1, .idle_only = 1};
+    int rc = cci_stream_registry_each_nonblocking(cover_stream, &lk) ? -1 : 0;
+    look_drop(&lk);
+    count(&watcher_looks_ahead);
     return rc;
 }
 

@@ -29,6 +29,10 @@
 //                  looks; the captures survive (it asks each stream whether it captures first).
 //   capture-global a capture in global mode begun through the runtime while the watcher polls a
 //                  mark: the watcher's questions (relaxed mode) must not break it.
+//   ahead          a fence whose legacy part is held back (so are the watcher's marks): once the
+//                  watcher has looked ahead, a reuse ordered on the GPU (THE ORDER) asks no stream,
+//                  and the new owner's data survives the late write. With --off every stream is
+//                  asked.
 //   busy-stream    a stream always busy while fences keep coming: the watcher still publishes.
 //   fork           a fork while the watcher runs: the child exits at once, the parent goes on.
 #include "fake_cuda_driver.h"
@@ -88,6 +92,41 @@ static void answers(int off)
     CUDA_OK(cudaMemsetAsync(q, NEW, BIG, cudaStreamLegacy));
     CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
     CHECK(ptest_all_bytes(q, BIG, NEW), "the new owner's data intact");
+    CUDA_OK(cudaFree(q));
+    CUDA_OK(cudaFree(other));
+}
+
+// A block freed behind held legacy work, its fence recorded by a miss of another size; the
+// watcher's marks are held behind the same work, so it cannot publish. The next allocation of the
+// block's size orders the reuse on the GPU: its round asks only streams nobody has found idle since
+// the fence. Meanwhile no fence is recorded, so the watcher asks no stream (it polls its marks):
+// the stream questions counted are the program's.
+static void ahead(int off)
+{
+    make_pool();
+    cudaStream_t o = make_stream();
+    void *p, *other, *q;
+    CUDA_OK(cudaMalloc(&p, BIG));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&other, 2 * BIG));  // a miss: p's batch gets its fence, held back
+    ptest_sleep_ms(300);                   // the watcher looks ahead, then polls its held marks
+    struct fakecu_event_calls c0 = ptest_event_calls();
+    CUDA_OK(cudaMalloc(&q, BIG));
+    unsigned long long sq = ptest_event_calls().stream_queries - c0.stream_queries;
+    CUDA_OK(cudaMemsetAsync(q, NEW, BIG, o));
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaStreamSynchronize(o));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    printf("ahead%s: the block %s, its round asked %llu streams\n", off ? " (off)" : "",
+           q == p ? "came back" : "did not come back", sq);
+    CHECK(q == p, "the block came back (ordered on the GPU) while its fence was held back");
+    if (off)
+        CHECK(sq >= POOL, "without the watcher the round asked every stream (%llu)", sq);
+    else
+        CHECK(sq == 0, "the watcher had looked ahead: the round asked no stream (%llu)", sq);
+    CHECK(ptest_all_bytes(q, BIG, NEW), "the new owner's data intact (the late write ran first)");
     CUDA_OK(cudaFree(q));
     CUDA_OK(cudaFree(other));
 }
@@ -331,7 +370,7 @@ static void fork_child(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-to-graph|capture-to-graph-runtime|capture-v1|capture-global|busy-stream|fork [--off]\n");
+        fprintf(stderr, "usage: fence_watcher answers|held|held-legacy|capture-driver|capture-unseen|capture-to-graph|capture-to-graph-runtime|capture-v1|capture-global|ahead|busy-stream|fork [--off]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -354,6 +393,8 @@ int main(int argc, char **argv)
         capture_driver(BEGIN_V1);
     else if (!strcmp(sc, "capture-global"))
         capture_global();
+    else if (!strcmp(sc, "ahead"))
+        ahead(off);
     else if (!strcmp(sc, "busy-stream"))
         busy_stream();
     else if (!strcmp(sc, "fork"))
