@@ -3,9 +3,9 @@
 //
 // Why count captures instead of asking cudaStreamIsCapturing on every call: the question costs a
 // runtime call per allocation, and programs capture rarely. Counting the captures begun through
-// the runtime's entry points and the driver's cuStreamBeginCapture[ToGraph] (intercept_driver.c) keeps the
-// fast path at one relaxed load; only while the count is non-zero do we ask the runtime about the
-// stream at hand.
+// the runtime's entry points and the driver's cuStreamBeginCapture[ToGraph] (intercept_driver.c)
+// keeps the fast path at one relaxed load; only while the count is non-zero do we ask the runtime
+// about the stream at hand.
 #include "streams.h"
 
 #include <pthread.h>
