@@ -13,7 +13,8 @@
 #      REPEATS rounds, every configuration once per round in a rotated order;
 #   5. prints the tables (tests/bench/gpu_report.py check): peak reserved memory (median and max
 #      over the rounds) and wall time of every configuration against native, then the wall-time
-#      verdicts against issue 12's 3 % target (median, spread, ratio of medians, paired ratio).
+#      verdicts against issue 12's 3 % target (median, spread, ratio of medians, paired ratio),
+#      and beside them each side's fastest timed run (the host's fast speed, repeat_stats.py).
 # Exit status 1 on any mismatch or failed step. It prints its total time; a round that would not
 # fit before the deadline (CCI_DEADLINE, gpu-common.sh) is not started, and the tables say how many
 # rounds ran.
