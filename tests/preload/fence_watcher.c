@@ -59,9 +59,9 @@ static cudaStream_t make_stream(void)
     return ptest_stream(cudaStreamNonBlocking);
 }
 
-// A block freed behind held legacy work, its fence recorded (a miss of another size), then the
-// legacy stream released and the watcher given time. Returns the block.
-static void *freed_and_settled(void **other)
+// A block freed behind held legacy work, its fence recorded (a miss of another size) and still
+// pending: the legacy stream stays held. Returns the block.
+static void *freed_behind_held_legacy(void **other)
 {
     void *p;
     CUDA_OK(cudaMalloc(&p, BIG));
@@ -69,6 +69,13 @@ static void *freed_and_settled(void **other)
     CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
     CUDA_OK(cudaFree(p));
     CUDA_OK(cudaMalloc(other, 2 * BIG));  // a miss: p's batch gets its fence, still pending
+    return p;
+}
+
+// The same, then the legacy stream released and the watcher given time. Returns the block.
+static void *freed_and_settled(void **other)
+{
+    void *p = freed_behind_held_legacy(other);
     CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
     ptest_sleep_ms(300);  // the watcher's round takes microseconds; sanitizers and loaded machines more
     return p;
@@ -105,13 +112,8 @@ static void ahead(int off)
 {
     make_pool();
     cudaStream_t o = make_stream();
-    void *p, *other, *q;
-    CUDA_OK(cudaMalloc(&p, BIG));
-    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
-    CUDA_OK(cudaMemsetAsync(p, OLD, BIG, cudaStreamLegacy));
-    CUDA_OK(cudaFree(p));
-    CUDA_OK(cudaMalloc(&other, 2 * BIG));  // a miss: p's batch gets its fence, held back
-    ptest_sleep_ms(300);                   // the watcher looks ahead, then polls its held marks
+    void *other, *q, *p = freed_behind_held_legacy(&other);
+    ptest_sleep_ms(300);  // the watcher looks ahead, then polls its held marks
     struct fakecu_event_calls c0 = ptest_event_calls();
     CUDA_OK(cudaMalloc(&q, BIG));
     unsigned long long sq = ptest_event_calls().stream_queries - c0.stream_queries;
