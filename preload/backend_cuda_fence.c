@@ -1220,10 +1220,10 @@ int cci_cuda_fence_look_upto(unsigned long long upto)
     return rc;
 }
 
-int cci_cuda_fence_look_ahead(void)
+int cci_cuda_fence_look_ahead(unsigned long long upto)
 {
     on_watcher = 1;
-    cuda_fence f = {.seq = atomic_load(&fence_clock), .streams = cci_stream_registry_epoch()};
+    cuda_fence f = {.seq = upto, .streams = cci_stream_registry_epoch()};
     look lk = {.f = &f, .careful = 1, .idle_only = 1};
     int rc = cci_stream_registry_each_nonblocking(cover_stream, &lk) ? -1 : 0;
     look_drop(&lk);

@@ -106,7 +106,7 @@ static void look_ahead(void)
     if (now <= looked_ahead || !cci_capture_gate_enter())
         return;
     // An error here is the round's to meet and count (its own look asks the same streams).
-    (void)cci_cuda_fence_look_ahead();
+    (void)cci_cuda_fence_look_ahead(now);
     cci_capture_gate_leave();
     looked_ahead = now;
 }
