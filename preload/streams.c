@@ -18,8 +18,8 @@ _Atomic int cci__captures;
 
 // The capture gate: a capture is counted before it begins, inside the gate, so a background
 // thread that checked the count inside the gate (the fence watcher) cannot ask a stream the
-// moment a capture begins on it (a question to a capturing stream breaks the
-// capture). Program threads do not take it: their own calls never race their own begins.
+// moment a capture begins on it (a question to a capturing stream breaks the capture). Program
+// threads do not take it: their own calls never race their own begins.
 static pthread_mutex_t capture_gate = PTHREAD_MUTEX_INITIALIZER;
 
 int cci_capture_gate_enter(void)
