@@ -415,7 +415,7 @@ static shared_event *sweep_covering(const cci_stream_cover *c, unsigned long lon
     return NULL;
 }
 
-// Is the stream's work from before fence f done? Registry lock held (each_nonblocking[_stepwise]).
+// Is the stream's work from before fence f done? Registry lock held (each_nonblocking).
 // 0 to go on (covered, or pending / collected: lk says which), -1 on error.
 static int cover_stream(const cci_stream_ref *ref, void *arg)
 {
@@ -672,12 +672,7 @@ static int look_put_off(void)
 static int look_at_streams(look *lk)
 {
     unsigned long long since = cci_pl_now_ns();
-    // Stepwise: a program thread and the watcher looking at once share the questions instead of
-    // one waiting for the other's whole look (stream_registry.h).
-    int rc = cci_stream_registry_each_nonblocking_stepwise(cover_stream, lk, on_watcher);
-    if (rc == 0)
-        rc = cover_retired(lk);
-    rc = rc ? -1 : 0;
+    int rc = cci_stream_registry_each_nonblocking(cover_stream, lk) || cover_retired(lk) ? -1 : 0;
     if (lk->asked || lk->busy)
         atomic_store_explicit(&last_look_busy, lk->busy, memory_order_relaxed);
     if (lk->asked) {
@@ -1230,7 +1225,7 @@ int cci_cuda_fence_look_ahead(unsigned long long upto)
     on_watcher = 1;
     cuda_fence f = {.seq = upto, .streams = cci_stream_registry_epoch()};
     look lk = {.f = &f, .careful = 1, .idle_only = 1};
-    int rc = cci_stream_registry_each_nonblocking_stepwise(cover_stream, &lk, 1) ? -1 : 0;
+    int rc = cci_stream_registry_each_nonblocking(cover_stream, &lk) ? -1 : 0;
     look_drop(&lk);
     count(&watcher_looks_ahead);
     return rc;

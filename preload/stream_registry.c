@@ -3,7 +3,6 @@
 #include "stream_registry.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/types.h>
 
@@ -235,23 +234,7 @@ typedef struct stream_entry {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static stream_entry *entries;  // live streams, unordered
 static size_t nentries, capacity;
-// Bumped (under the lock) whenever entries leave: a removal moves the last entry into the freed
-// slot, so an index read before it may now name another stream (each_nonblocking_stepwise).
-static unsigned long long removals;
 static _Atomic size_t live_streams;  // nentries, for readers without the lock
-// Threads other than the fence watcher waiting for the registry lock. The mutex is not fair: a
-// watcher that unlocked and locked again between two of its questions (a stepwise pass) would win
-// against a waiter still waking up, so it steps aside until they have the lock.
-static _Atomic int program_waiting;
-#define STEP_ASIDE_SPINS 4096  // then it takes its turn anyway (a waiter that never comes)
-
-static void lock_as_program(void)
-{
-    atomic_fetch_add(&program_waiting, 1);
-    pthread_mutex_lock(&registry_lock);
-    atomic_fetch_sub(&program_waiting, 1);
-}
-
 static unsigned long created;
 // Streams registered so far, the source of `born`. Written under the lock; a fence record reads
 // it without (seq_cst): a stream registered before the program could use it is counted.
@@ -270,7 +253,7 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
     if (!s)
         return;
     int added = 0;
-    lock_as_program();
+    pthread_mutex_lock(&registry_lock);
     // A runtime creation reaches our driver wrapper too (on a real cudart): one entry.
     if (find_locked(s) < 0) {
         if (nentries == capacity) {
@@ -314,12 +297,11 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
     if (!s)
         return;
     cci_streams_forget();  // before the handle can be handed out again
-    lock_as_program();
+    pthread_mutex_lock(&registry_lock);
     ssize_t i = find_locked(s);
     if (i >= 0) {
         stream_entry e = entries[i];
         entries[i] = entries[--nentries];
-        removals++;
         if (e.flags & CCI_CU_STREAM_NON_BLOCKING)
             atomic_fetch_sub(&nonblocking_live, 1);
         atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
@@ -336,14 +318,13 @@ void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int devic
 void cci_stream_registry_drop_device(int device)
 {
     cci_streams_forget();
-    lock_as_program();
+    pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < nentries;) {
         if (entries[i].device == device) {
             cci_cuda_fence_forget_cover(entries[i].cover);
             if (entries[i].flags & CCI_CU_STREAM_NON_BLOCKING)
                 atomic_fetch_sub(&nonblocking_live, 1);
             entries[i] = entries[--nentries];
-            removals++;
         }
         else
             i++;
@@ -355,60 +336,13 @@ void cci_stream_registry_drop_device(int device)
 int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg)
 {
     int rc = 0;
-    lock_as_program();
+    pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < nentries && rc == 0; i++) {
         stream_entry *e = &entries[i];
         if (e->flags & CCI_CU_STREAM_NON_BLOCKING) {
             cci_stream_ref r = {.s = e->s, .device = e->device, .born = e->born, .cover = &e->cover};
             rc = fn(&r, arg);
         }
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return rc;
-}
-
-// Between two questions of a stepwise pass: the lock dropped and taken again after any program
-// thread that waits for it (a stream created or destroyed, another look, an order).
-static void step_aside(int watcher)
-{
-    pthread_mutex_unlock(&registry_lock);
-    for (int spins = 0; atomic_load(&program_waiting) && spins < STEP_ASIDE_SPINS; spins++)
-        sched_yield();
-    if (watcher)
-        pthread_mutex_lock(&registry_lock);
-    else
-        lock_as_program();
-}
-
-int cci_stream_registry_each_nonblocking_stepwise(int (*fn)(const cci_stream_ref *r, void *arg), void *arg,
-                                                  int watcher)
-{
-    int rc = 0;
-    if (watcher)
-        pthread_mutex_lock(&registry_lock);
-    else
-        lock_as_program();
-    for (;;) {
-        unsigned long long seen = removals;
-        size_t n = nentries, k = 0;  // entries added meanwhile go after n: born after the caller's
-                                     // fences (cci_stream_ref.born), none of their work is older
-        for (; k < n && rc == 0; k++) {
-            if (k > 0) {
-                step_aside(watcher);
-                if (removals != seen)
-                    break;  // an entry may have moved into a slot already passed: start again
-            }
-            // The program's threads from the first entry, the watcher from the last: looking at
-            // the same time (the watcher's look ahead starts at a program thread's fence record),
-            // they meet halfway, each stream asked once and covered for both.
-            stream_entry *e = &entries[watcher ? n - 1 - k : k];
-            if (e->flags & CCI_CU_STREAM_NON_BLOCKING) {
-                cci_stream_ref r = {.s = e->s, .device = e->device, .born = e->born, .cover = &e->cover};
-                rc = fn(&r, arg);
-            }
-        }
-        if (rc != 0 || k >= n)
-            break;
     }
     pthread_mutex_unlock(&registry_lock);
     return rc;
@@ -426,7 +360,7 @@ size_t cci_stream_registry_live(void)
 
 void cci_stream_registry_counts(unsigned long *created_out, unsigned long *live)
 {
-    lock_as_program();
+    pthread_mutex_lock(&registry_lock);
     *created_out = created;
     *live = nentries;
     pthread_mutex_unlock(&registry_lock);
@@ -474,7 +408,6 @@ void cci_stream_registry_atfork_child(void)
 {
     pthread_mutex_init(&registry_lock, NULL);
     pthread_mutex_init(&switch_lock, NULL);
-    atomic_store(&program_waiting, 0);  // threads of the parent's that waited are not here
     nentries = 0;  // their covers are the parent's: forgotten with them
     atomic_store(&live_streams, 0);
     created = 0;

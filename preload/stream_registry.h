@@ -184,18 +184,6 @@ void cci_stream_registry_drop_device(int device);
 /// Calls fn for every live non-blocking stream with the registry lock held; stops at the first
 /// non-zero answer and returns it. The lock also orders fn against remove's `retire`.
 int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg);
-/// The same with the lock taken for one stream at a time, for looks at the streams. A look at ~32
-/// streams takes ~50 us on a busy H100, and the fence watcher's look ahead starts when a program
-/// thread records a fence, just when that thread looks itself: it waited for the watcher's whole
-/// look before its own (with the watcher on, resnet's program threads spent 2.8 us a stream
-/// question, against 1.5 us without it; session 14). Stepwise, the two look at the same time
-/// from opposite ends (`watcher`: this is the watcher's pass), and between two questions a
-/// waiting program thread goes first. When an entry has left meanwhile (entries
-/// move on removal) the pass starts again, so every stream live from the first step to the last
-/// is passed to fn at least once; a stream removed meanwhile was retired under the lock (remove's
-/// `retire`), and streams added meanwhile are born after the call began.
-int cci_stream_registry_each_nonblocking_stepwise(int (*fn)(const cci_stream_ref *r, void *arg), void *arg,
-                                                  int watcher);
 /// The number of the last stream registered so far (0: none); see cci_stream_ref.born.
 unsigned long long cci_stream_registry_epoch(void);
 /// Non-zero once a stream could not be recorded (out of host memory): fences cannot cover it,

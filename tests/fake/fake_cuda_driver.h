@@ -396,11 +396,6 @@ CUresult fakecu_launch(CUstream hStream, int per_thread, void (*fn)(void *), voi
  * fakecu_launch (the per-thread stream is the calling thread's).
  */
 CUresult fakecu_stream_hold(CUstream hStream, int per_thread, int hold);
-/* Calls hook(hStream) at the start of every cuStreamQuery[_ptsz] from now on,
- * on the calling thread, before the query is answered (NULL: none). A test
- * that must act while a caller is in the middle of a series of questions (a
- * look at every stream) arms it. */
-void fakecu_set_stream_query_hook(void (*hook)(CUstream hStream));
 /* Demands all work queued on the stream so far (for waits that are not CUDA
  * synchronisation calls, such as the runtime's synchronous copies). */
 CUresult fakecu_stream_demand(CUstream hStream, int per_thread);

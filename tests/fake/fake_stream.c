@@ -562,24 +562,9 @@ static void stream_query_cost(void)
     while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < ns);
 }
 
-static void (*_Atomic query_hook)(CUstream);
-
-FC_API void fakecu_set_stream_query_hook(void (*hook)(CUstream hStream))
-{
-    atomic_store(&query_hook, hook);
-}
-
-static void call_query_hook(CUstream s)
-{
-    void (*hook)(CUstream) = atomic_load(&query_hook);
-    if (hook)
-        hook(s);
-}
-
 FC_API CUresult cuStreamQuery(CUstream hStream)
 {
     atomic_fetch_add(&g_cnt_stream_query, 1);
-    call_query_hook(hStream);
     stream_query_cost();
     return stream_query(hStream, 0);
 }
@@ -587,7 +572,6 @@ FC_API CUresult cuStreamQuery(CUstream hStream)
 FC_API CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
     atomic_fetch_add(&g_cnt_stream_query, 1);
-    call_query_hook(hStream);
     stream_query_cost();
     return stream_query(hStream, 1);
 }

@@ -30,12 +30,6 @@
 //                 the older fitting block's batch, the side streams ordered after its fence
 //                 instead of a host wait (THE ORDER); with a side stream busy then (a late write held
 //                 on W), the newest batches are spared and the poor fit is split instead.
-//   removed-mid-look  a stream destroyed by another thread while the program's thread looks at
-//                 the streams for a fence (the fake's query hook makes it happen halfway): the
-//                 look goes stepwise, and the destruction moves the last stream (W, holding a late
-//                 write to the freed block) into a slot the look has passed; the look must start
-//                 again and find W, not vouch for the block (CCI_FENCE_WATCHER=0: the program's
-//                 look alone).
 //   count K       the resnet-like pattern for the exit line and the bench suite: many fences,
 //                 the CPU K fences ahead of the GPU (the legacy stream held for K records at a
 //                 time); prints driver calls per fence record and checks the lazy bound.
@@ -44,7 +38,6 @@
 #include "fake_cuda_driver.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 
 #include "ptest.h"
 
@@ -541,70 +534,11 @@ static void poor_fit(int busy)
     drop_pool();
 }
 
-// removed-mid-look: the destroyer thread, and the hook that lets it in halfway through a look.
-static pthread_t main_thread;
-static _Atomic int hook_armed, destroy_begun, destroyed_mid_look, look_over;
-
-static void *destroyer(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&destroy_begun) && !atomic_load(&look_over))
-        ptest_sleep_ms(1);
-    if (atomic_load(&destroy_begun))
-        CUDA_OK(cudaStreamDestroy(pool[0]));  // waits for the registry between two questions
-    return NULL;
-}
-
-static void query_hook(CUstream s)
-{
-    if (!pthread_equal(pthread_self(), main_thread) || (cudaStream_t)s != pool[5] ||
-        !atomic_exchange(&hook_armed, 0))
-        return;
-    atomic_store(&destroy_begun, 1);
-    ptest_sleep_ms(50);  // the destroyer is waiting for the registry now (this look holds it)
-    atomic_store(&destroyed_mid_look, 1);
-}
-
-static void removed_mid_look(void)
-{
-    main_thread = pthread_self();
-    make_pool();
-    // W registered last: a destruction moves it into the destroyed stream's slot.
-    cudaStream_t o = ptest_stream(cudaStreamNonBlocking), w = ptest_stream(cudaStreamNonBlocking);
-    void *p, *q, *r;
-    CUDA_OK(cudaMalloc(&p, BIG));
-    CUDA_OK(fakecuda_stream_hold(w, 1));
-    fakecuda_delayed_fill(p, OLD, BIG, w, 0);
-    CUDA_OK(cudaFree(p));
-    CUDA_OK(cudaMalloc(&q, 2 * BIG));  // a miss p cannot serve: p's fence is recorded, not asked
-    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));  // its legacy part has passed
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, destroyer, NULL) == 0, "destroyer thread started");
-    fakecu_set_stream_query_hook(query_hook);
-    atomic_store(&hook_armed, 1);
-    CUDA_OK(cudaMalloc(&r, BIG));  // only p fits: its fence is asked, a look at every stream
-    fakecu_set_stream_query_hook(NULL);
-    atomic_store(&look_over, 1);
-    pthread_join(t, NULL);
-    CHECK(atomic_load(&destroyed_mid_look), "the destruction came in the middle of the look");
-    printf("removed-mid-look: the block %s\n", r == p ? "came back" : "did not come back");
-    new_owner_writes(r, o);
-    CUDA_OK(cudaStreamSynchronize(w));  // W's late write runs now
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(ptest_all_bytes(r, BIG, NEW), "the new owner's data intact (W's late write came first)");
-    CUDA_OK(cudaFree(r));
-    CUDA_OK(cudaFree(q));
-    CUDA_OK(cudaStreamDestroy(w));
-    CUDA_OK(cudaStreamDestroy(o));
-    for (int i = 1; i < POOL; i++)
-        CUDA_OK(cudaStreamDestroy(pool[i]));
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         printf("usage: fence_lazy sweep-query|sweep-wait|burst|born-after|threads|keeps-up|poor-fits|"
-               "poor-fit-idle|poor-fit-busy|reset-with-sweep|removed-mid-look|count K\n");
+               "poor-fit-idle|poor-fit-busy|reset-with-sweep|count K\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -628,8 +562,6 @@ int main(int argc, char **argv)
         poor_fit(1);
     else if (!strcmp(sc, "reset-with-sweep"))
         reset_with_sweep();
-    else if (!strcmp(sc, "removed-mid-look"))
-        removed_mid_look();
     else if (!strcmp(sc, "count") && argc == 3 && atoi(argv[2]) > 0)
         count(atoi(argv[2]));
     else {
