@@ -90,6 +90,13 @@ check(rs.time_figures({}, {1: 1.0})["verdict"] == "no runs", "no runs of ours")
 # The fastest runs: every run of every process counts; a side without runs gives no figure.
 check(near(rs.fastest_ratio([0.75, 0.55, 0.80], [0.70, 0.50, 0.52]), 0.55 / 0.50), "fastest over fastest")
 check(rs.fastest_ratio([], [0.5]) is None and rs.fastest_ratio([0.5], [None]) is None, "no run, no figure")
+# The first quartile: one lucky run does not move it (ours' fastest 0.40 is an outlier), and fewer
+# than 4 runs on a side give no figure.
+ours_runs = [0.40, 0.60, 0.61, 0.62, 0.70, 0.90, 0.95, 1.00]
+native_runs = [0.50, 0.55, 0.56, 0.60, 0.65, 0.80, 0.85, 0.90]
+check(near(rs.quartile_ratio(ours_runs, native_runs), 0.61 / 0.56), "p25 over p25 (nearest rank)")
+check(rs.quartile_ratio([0.5, 0.6, 0.7], native_runs) is None and rs.quartile_ratio(ours_runs, [0.5, None, 0.6, 0.7]) is None,
+      "fewer than 4 runs, no figure")
 
 # ---- nvml_peak: process choice, sampler, absent library ----------------------------------------
 check(nvml_peak.pick_process_memory([(7, 100), (8, 200)], 8) == (200, "process"), "our pid's figure")
@@ -164,8 +171,23 @@ with tempfile.TemporaryDirectory() as d:
     tline = [l for l in out.splitlines() if "ours default" in l][-1]
     check(tline.split()[3] == "3" and "10.100-10.200" in tline and tline.rstrip().endswith("met"),
           f"time row: runs, min-max, verdict: {tline}")
-    check(f" {10.1 / 10.0:.3f}  met" in tline, f"fastest: ours' fastest process over native's: {tline}")
+    check(tline.split()[-3:] == [f"{10.1 / 10.0:.3f}", "-", "met"],
+          f"fastest: ours' fastest process over native's; p25: none with 3 runs a side: {tline}")
     check("round(s), every configuration once per round" in out, "the time table says how it was taken")
+
+with tempfile.TemporaryDirectory() as d:
+    # Two timed runs a process, three processes a side: the p25 column over all six runs of each.
+    nruns = {1: [10.0, 10.4], 2: [10.2, 10.6], 3: [10.1, 10.8]}
+    oruns = {1: [10.5, 9.0], 2: [10.6, 10.9], 3: [10.7, 11.0]}
+    for r in (1, 2, 3):
+        write(d, f"torch-seedfrag-native-r{r}.log", torch_line("seedfrag", max(nruns[r]), 200.0, 1.5, runs=nruns[r]))
+        write(d, f"torch-seedfrag-ours-r{r}.log",
+              torch_line("seedfrag", max(oruns[r]), 0.0, 1.5, cci_peak=210.0, runs=oruns[r]))
+    rc, out = report("check", d, "native ours")
+    tline = [l for l in out.splitlines() if "ours default" in l][-1]
+    # Nearest-rank first quartiles: ours 10.5 of (9.0 10.5 10.6 10.7 10.9 11.0), native 10.1.
+    check(rc == 0 and f"{9.0 / 10.0:>9.3f}{10.5 / 10.1:>9.3f}  " in tline,
+          f"fastest and p25 over every timed run: {tline}")
 
     # One round of ours gives another result_sum: the check must fail and name the round.
     write(d, "torch-seedfrag-ours-r2.log", torch_line("seedfrag", 10.1, 0.0, 1.25, cci_peak=230.0))
