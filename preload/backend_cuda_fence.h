@@ -60,9 +60,9 @@ void cci_cuda_fence_mark_give(int device, CUevent e, unsigned gen);
 int cci_cuda_fence_look_upto(unsigned long long upto);
 /// A look ahead, for every fence up to `upto` (the clock as the caller read it): each non-blocking
 /// stream not yet found idle since the last of them is asked (whether it captures first), and an
-/// idle one is covered for them all; a busy one is left as it is (no sweep). It lets the program's looks and THE ORDER's
-/// first pass skip streams found idle since, before the fences' legacy part has passed. 0, or -1
-/// on an error. The caller keeps every capture out.
+/// idle one is covered for them all; a busy one is left as it is (no sweep). It lets the program's
+/// looks and THE ORDER's first pass skip streams found idle since, before the fences' legacy part
+/// has passed. 0, or -1 on an error. The caller keeps every capture out.
 int cci_cuda_fence_look_ahead(unsigned long long upto);
 /// Every fence up to `upto` has passed: its queries and waits answer without a driver call.
 void cci_cuda_fence_publish(unsigned long long upto);
