@@ -9,6 +9,7 @@
 #include "block.h"
 #include "live_map.h"
 #include "lock.h"
+#include "solo.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -144,6 +145,8 @@ struct cci_allocator {
     int tc_fast;                          // tc_on, but 0 while the only cache is set aside (tcache.c):
                                           // then no fast path would serve, and none is asked. Read
                                           // without the lock (relaxed atomics), written under it
+    cci_solo solo;                        // one thread has locked it so far: its fast paths take
+                                          // no locked instruction (solo.h)
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
     struct cci_tc *tc_mine;               // the lock holder's cache (NULL: none), set by cci__lock

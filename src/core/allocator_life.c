@@ -18,6 +18,7 @@ cci_allocator *cci_allocator_create(int device, const cci_config *cfg, cci_backe
         return NULL;
     static _Atomic uint64_t next_uid = 1;
     a->uid = atomic_fetch_add(&next_uid, 1);
+    cci_solo_init(&a->solo);
     a->device = device;
     a->cfg = *cfg;
     a->be = be;

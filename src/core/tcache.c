@@ -6,6 +6,8 @@
 // caches: GATE_OPEN (idle) -> GATE_OWNER (the owning thread is in a fast path) -> GATE_OPEN, or
 // GATE_OPEN -> GATE_STOPPED (a lock holder owns the cache) -> GATE_OPEN. A fast path never waits:
 // when it finds the gate stopped it takes the locked path, which waits on the mutex instead.
+// While its thread is the only one that has ever locked the allocator, the inline fast paths mark
+// themselves in `in_fast` instead, with plain stores (solo.h).
 #include "tcache.h"
 #include "grow.h"
 
@@ -86,6 +88,7 @@ typedef struct {
 
 struct cci_tc {
     _Atomic int gate;
+    _Atomic int in_fast;       // 1 while the owner is in an inline fast path entered solo (solo.h)
     cci_allocator *a;          // NULL once the allocator is destroyed (registry lock)
     struct cci_tc *next;       // the allocator's list (its mutex)
     mag_class mag[MAG_CLASSES];
@@ -710,10 +713,28 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
     }
 }
 
+// The solo state just ended (solo.h): the owner's fast path in flight, if any, ends before this
+// thread touches its cache; every later one takes the gate.
+static __attribute__((noinline)) void wait_solo_fast_paths(cci_allocator *a)
+{
+    unsigned spins = 0;
+    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+        while (atomic_load_explicit(&tc->in_fast, memory_order_acquire)) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            if (++spins % OWNER_WAIT_SPINS == 0)
+                sched_yield();
+        }
+}
+
 void cci__lock(cci_allocator *a)
 {
     cci_lock_take(&a->lock);
     a->epoch++;
+    // A thread's token: the address of its own slots (initial-exec TLS: one instruction).
+    if (__builtin_expect(cci_solo_note_lock(&a->solo, (uintptr_t)&slots[0]), 0))
+        wait_solo_fast_paths(a);
     // The locking thread's cache, looked up once for the section (attach_cache sets it when the
     // section creates it; a thread that leaves has dropped its slot before it locks).
     cci_tc *tcs = a->tcs;
@@ -875,6 +896,23 @@ static inline int enter_at_once(cci_tc *tc)
                                                  memory_order_relaxed);
 }
 
+// How an inline fast path got in: not at all (a stop holds the gate), through the gate, or solo.
+enum { ENTER_NO = 0, ENTER_GATE = 1, ENTER_SOLO = 2 };
+
+// The inline fast paths' entry. Solo (solo.h): in_fast set, then `on` read, with only a compiler
+// barrier between them; the gate is still read, for a call from inside the owner's own locked
+// section (an observer's), which finds it stopped. Otherwise the gate's compare-and-swap.
+static inline int enter_inline(const cci_allocator *a, cci_tc *tc)
+{
+    atomic_store_explicit(&tc->in_fast, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (__builtin_expect(atomic_load_explicit(&a->solo.on, memory_order_relaxed), 1) &&
+        atomic_load_explicit(&tc->gate, memory_order_relaxed) == GATE_OPEN)
+        return ENTER_SOLO;
+    atomic_store_explicit(&tc->in_fast, 0, memory_order_release);
+    return enter_at_once(tc) ? ENTER_GATE : ENTER_NO;
+}
+
 // The gate taken, waiting for a stop to end: 1, or 0 when the stop lasted too long.
 static int enter(cci_tc *tc)
 {
@@ -890,6 +928,12 @@ static int enter(cci_tc *tc)
 }
 
 static inline void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
+
+static inline void leave_inline(cci_tc *tc, int how)
+{
+    atomic_store_explicit(how == ENTER_SOLO ? &tc->in_fast : &tc->gate, how == ENTER_SOLO ? 0 : GATE_OPEN,
+                          memory_order_release);
+}
 
 // One record into the log, its fields passed as values: read from `b` or `tc` around the stores
 // into the log (which may alias them for the compiler), they were reloaded between the stores
@@ -1042,10 +1086,11 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         tc->aside--;
         return CCI_ENOTOURS;
     }
-    if (__builtin_expect(!enter_at_once(tc), 0))
+    int how = enter_inline(a, tc);
+    if (__builtin_expect(how == ENTER_NO, 0))
         return alloc_general(a, tc, rounded, requested, stream, out);
     int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
-    leave(tc);
+    leave_inline(tc, how);
     if (__builtin_expect(rc == LOG_FULL, 0))
         return alloc_general(a, tc, rounded, requested, stream, out);  // from the start, as if it came now
     return alloc_answer(tc, rc);
@@ -1140,10 +1185,11 @@ int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
     cci_tc *tc = my_cache(a);
     if (__builtin_expect(!tc || tc->aside, 0))
         return CCI_ENOTOURS;  // set aside: straight into the free set, as without the caches
-    if (__builtin_expect(!enter_at_once(tc), 0))
+    int how = enter_inline(a, tc);
+    if (__builtin_expect(how == ENTER_NO, 0))
         return free_general(a, tc, ptr, stream);
     int rc = free_in_gate(a, tc, ptr, stream);
-    leave(tc);
+    leave_inline(tc, how);
     if (__builtin_expect(rc == LOG_FULL, 0))
         return free_general(a, tc, ptr, stream);  // from the start, as if it came now
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
