@@ -91,7 +91,7 @@ void cci_allocator_fork_child(cci_allocator *a)
 {
     // The forking thread took the lock in prepare and is the one thread that exists here.
     cci__tc_fork_child(a);
-    cci_lock_give(&a->lock);
+    cci__lock_give(a);
     cci_allocator_destroy(a, 0);
 }
 

@@ -37,7 +37,9 @@ static int offered(void)
 
 void cci_solo_init(cci_solo *s)
 {
-    s->thread = 0;
+    atomic_store_explicit(&s->thread, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->in_section, 0, memory_order_relaxed);
+    s->held = 0;
 #ifdef HAVE_MEMBARRIER
     int on = (offered() & (MEMBARRIER_CMD_PRIVATE_EXPEDITED | MEMBARRIER_CMD_GLOBAL)) != 0;
 #else

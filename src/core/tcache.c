@@ -713,28 +713,39 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
     }
 }
 
-// The solo state just ended (solo.h): the owner's fast path in flight, if any, ends before this
-// thread touches its cache; every later one takes the gate.
-static __attribute__((noinline)) void wait_solo_fast_paths(cci_allocator *a)
+// Until the owner of the solo state has left what it had entered solo (a locked section, a fast
+// path).
+static void wait_while_set(_Atomic int *flag)
 {
-    unsigned spins = 0;
-    for (cci_tc *tc = a->tcs; tc; tc = tc->next)
-        while (atomic_load_explicit(&tc->in_fast, memory_order_acquire)) {
+    for (unsigned spins = 1; atomic_load_explicit(flag, memory_order_acquire); spins++) {
 #if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
-            if (++spins % OWNER_WAIT_SPINS == 0)
-                sched_yield();
-        }
+        if (spins % OWNER_WAIT_SPINS == 0)
+            sched_yield();
+    }
+}
+
+// The lock word taken (by a thread that is not, or no longer, solo). When that ends the solo state
+// (solo.h), the owner's section and fast path in flight, if any, end before this thread goes on;
+// every later one takes the lock word and the gate.
+static __attribute__((noinline)) void take_lock_word(cci_allocator *a, uintptr_t self)
+{
+    cci_lock_take(&a->lock);
+    if (cci_solo_note_lock(&a->solo, self)) {
+        wait_while_set(&a->solo.in_section);
+        for (cci_tc *tc = a->tcs; tc; tc = tc->next)
+            wait_while_set(&tc->in_fast);
+    }
 }
 
 void cci__lock(cci_allocator *a)
 {
-    cci_lock_take(&a->lock);
-    a->epoch++;
     // A thread's token: the address of its own slots (initial-exec TLS: one instruction).
-    if (__builtin_expect(cci_solo_note_lock(&a->solo, (uintptr_t)&slots[0]), 0))
-        wait_solo_fast_paths(a);
+    uintptr_t self = (uintptr_t)&slots[0];
+    if (!cci_solo_enter_section(&a->solo, self))
+        take_lock_word(a, self);
+    a->epoch++;
     // The locking thread's cache, looked up once for the section (attach_cache sets it when the
     // section creates it; a thread that leaves has dropped its slot before it locks).
     cci_tc *tcs = a->tcs;
@@ -855,7 +866,13 @@ void cci__unlock(cci_allocator *a)
     // The section's own events (queued even when the last cache left meanwhile: thread exit).
     if (a->nevq)
         tell_queued(a);
-    cci_lock_give(&a->lock);
+    cci__lock_give(a);
+}
+
+void cci__lock_give(cci_allocator *a)
+{
+    if (!cci_solo_leave_section(&a->solo))
+        cci_lock_give(&a->lock);
 }
 
 int cci__tc_queue_event(cci_allocator *a, const cci_event *ev)

@@ -29,6 +29,8 @@ typedef struct cci_tc cci_tc;
 void cci__lock(cci_allocator *a);
 /// Recomputes the credits and lets the thread caches run again, then drops the mutex.
 void cci__unlock(cci_allocator *a);
+/// Drops the mutex only (a fork child, which destroys the allocator next).
+void cci__lock_give(cci_allocator *a);
 
 /// The fast paths. CCI_OK when served; CCI_ENOTOURS when not (no cache, a miss, no credit, a
 /// stop in progress): the caller takes the locked path, which gives the same answer. A full

@@ -4,7 +4,8 @@
 //   1. the state: on after creation where the kernel offers membarrier(2), kept while one thread
 //      locks, ended by the first lock of another thread, for good;
 //   2. the end, raced: a thread that created the allocator runs cached alloc+free pairs on its fast
-//      path (solo) while the main thread, at a random moment, takes the lock for the first time
+//      path (solo), and locked sections of its own (statistics, allocations of sizes its magazines
+//      do not hold), while the main thread, at a random moment, takes the lock for the first time
 //      (empty_cache: it drains the owner's magazines) and allocates the same sizes on the same
 //      stream, so that it is handed the blocks the owner has just cached. Every block is claimed
 //      in an ownership map with relaxed atomics (no ordering of their own that could hide a race
@@ -141,6 +142,18 @@ static void *owner_thread(void *arg)
         mark(p, size, 0);
         if (cci_free(a, p, STREAM, CCI_FREE_NOW) != CCI_OK)
             t->failures++;
+        if (n % 4 == 0) {  // locked sections of its own: a size no magazine holds, the statistics
+            size_t odd = (size_t)8192 * (size_t)(2 + n % 29);
+            if (cci_malloc(a, odd, STREAM + 1, &p) != CCI_OK) {
+                t->failures++;
+            } else {
+                mark(p, odd, 1);
+                mark(p, odd, 0);
+                t->failures += cci_free(a, p, STREAM + 1, CCI_FREE_NOW) != CCI_OK;
+            }
+            cci_stats st = {.size = sizeof st};
+            cci_alloc_stats(a, &st);
+        }
         if (n == 3 * NSIZES)
             atomic_store_explicit(&t->a, a, memory_order_release);  // its magazines hold blocks now
         atomic_fetch_add_explicit(&t->pairs, 1, memory_order_relaxed);
