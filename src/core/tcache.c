@@ -913,21 +913,18 @@ static inline int enter_at_once(cci_tc *tc)
                                                  memory_order_relaxed);
 }
 
-// How an inline fast path got in: not at all (a stop holds the gate), through the gate, or solo.
-enum { ENTER_NO = 0, ENTER_GATE = 1, ENTER_SOLO = 2 };
-
-// The inline fast paths' entry. Solo (solo.h): in_fast set, then `on` read, with only a compiler
-// barrier between them; the gate is still read, for a call from inside the owner's own locked
-// section (an observer's), which finds it stopped. Otherwise the gate's compare-and-swap.
-static inline int enter_inline(const cci_allocator *a, cci_tc *tc)
+// The inline fast paths' solo entry (solo.h): in_fast set, then `on` read, with only a compiler
+// barrier between them. 1 when entered; 0: take the gate. The gate is still read, for a call from
+// inside the owner's own locked section (an observer's), which finds it stopped.
+static inline int enter_solo(const cci_allocator *a, cci_tc *tc)
 {
     atomic_store_explicit(&tc->in_fast, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
     if (__builtin_expect(atomic_load_explicit(&a->solo.on, memory_order_relaxed), 1) &&
         atomic_load_explicit(&tc->gate, memory_order_relaxed) == GATE_OPEN)
-        return ENTER_SOLO;
+        return 1;
     atomic_store_explicit(&tc->in_fast, 0, memory_order_release);
-    return enter_at_once(tc) ? ENTER_GATE : ENTER_NO;
+    return 0;
 }
 
 // The gate taken, waiting for a stop to end: 1, or 0 when the stop lasted too long.
@@ -946,10 +943,13 @@ static int enter(cci_tc *tc)
 
 static inline void leave(cci_tc *tc) { atomic_store_explicit(&tc->gate, GATE_OPEN, memory_order_release); }
 
-static inline void leave_inline(cci_tc *tc, int how)
+// Out of an inline fast path, entered solo or through the gate.
+static inline void leave_inline(cci_tc *tc, int solo)
 {
-    atomic_store_explicit(how == ENTER_SOLO ? &tc->in_fast : &tc->gate, how == ENTER_SOLO ? 0 : GATE_OPEN,
-                          memory_order_release);
+    if (solo)
+        atomic_store_explicit(&tc->in_fast, 0, memory_order_release);
+    else
+        leave(tc);
 }
 
 // One record into the log, its fields passed as values: read from `b` or `tc` around the stores
@@ -1093,6 +1093,19 @@ static __attribute__((noinline, cold)) int alloc_general(cci_allocator *a, cci_t
     return alloc_answer(tc, rc);
 }
 
+// An inline allocation once entered. Compiled apart for each entry (`solo` a constant): a flag
+// kept across the steps had cost spills (20 instructions a pair, callgrind).
+static inline __attribute__((always_inline)) int alloc_entered(cci_allocator *a, cci_tc *tc, size_t rounded,
+                                                               size_t requested, uint64_t stream,
+                                                               uintptr_t *out, int solo)
+{
+    int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
+    leave_inline(tc, solo);
+    if (__builtin_expect(rc == LOG_FULL, 0))
+        return alloc_general(a, tc, rounded, requested, stream, out);  // from the start, as if it came now
+    return alloc_answer(tc, rc);
+}
+
 // `aside` and the window are the owner's own fields: read and written without the gate.
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out)
 {
@@ -1103,14 +1116,11 @@ int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t s
         tc->aside--;
         return CCI_ENOTOURS;
     }
-    int how = enter_inline(a, tc);
-    if (__builtin_expect(how == ENTER_NO, 0))
+    if (__builtin_expect(enter_solo(a, tc), 1))
+        return alloc_entered(a, tc, rounded, requested, stream, out, 1);
+    if (__builtin_expect(!enter_at_once(tc), 0))
         return alloc_general(a, tc, rounded, requested, stream, out);
-    int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
-    leave_inline(tc, how);
-    if (__builtin_expect(rc == LOG_FULL, 0))
-        return alloc_general(a, tc, rounded, requested, stream, out);  // from the start, as if it came now
-    return alloc_answer(tc, rc);
+    return alloc_entered(a, tc, rounded, requested, stream, out, 0);
 }
 
 // The class a block of `size` freed on `stream` goes into: the first of its size and stream with
@@ -1197,19 +1207,27 @@ static __attribute__((noinline, cold)) int free_general(cci_allocator *a, cci_tc
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
 
+// An inline free once entered, compiled apart for each entry as alloc_entered is.
+static inline __attribute__((always_inline)) int free_entered(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
+                                                              uint64_t stream, int solo)
+{
+    int rc = free_in_gate(a, tc, ptr, stream);
+    leave_inline(tc, solo);
+    if (__builtin_expect(rc == LOG_FULL, 0))
+        return free_general(a, tc, ptr, stream);  // from the start, as if it came now
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 {
     cci_tc *tc = my_cache(a);
     if (__builtin_expect(!tc || tc->aside, 0))
         return CCI_ENOTOURS;  // set aside: straight into the free set, as without the caches
-    int how = enter_inline(a, tc);
-    if (__builtin_expect(how == ENTER_NO, 0))
+    if (__builtin_expect(enter_solo(a, tc), 1))
+        return free_entered(a, tc, ptr, stream, 1);
+    if (__builtin_expect(!enter_at_once(tc), 0))
         return free_general(a, tc, ptr, stream);
-    int rc = free_in_gate(a, tc, ptr, stream);
-    leave_inline(tc, how);
-    if (__builtin_expect(rc == LOG_FULL, 0))
-        return free_general(a, tc, ptr, stream);  // from the start, as if it came now
-    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+    return free_entered(a, tc, ptr, stream, 0);
 }
 
 // ---- the locked side ------------------------------------------------------------------------------
