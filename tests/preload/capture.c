@@ -1,7 +1,51 @@
 // SPDX-License-Identifier: MIT
 // Graph capture: calls on a capturing stream pass through to CUDA untouched, no device
-// synchronisation runs while a capture is underway, and caching resumes after it.
+// synchronisation runs while a capture is underway, and caching resumes after it. The same for a
+// capture begun through the driver with the driver's stream-ordered calls (what a static cudart
+// or a driver-API program makes): the driver hooks ask the stream only while a counted capture
+// is underway.
 #include "ptest.h"
+#include "fake_cuda_driver.h"
+
+// A capture begun through the driver's own entry point: cuMemAllocAsync on it must reach CUDA (a
+// graph allocation node), and a non-capturing stream keeps its cached pairs meanwhile and after.
+static void driver_capture(cudaStream_t rs, cudaStream_t rother)
+{
+    CUstream s = (CUstream)rs, other = (CUstream)rother;
+    // Both streams' pools hold a block of each size first: a served allocation during the capture
+    // would then reach no CUDA allocation at all.
+    CUdeviceptr warm;
+    for (int i = 0; i < 2; i++) {
+        CUstream on = i ? s : other;
+        CHECK(cuMemAllocAsync(&warm, 4096, on) == CUDA_SUCCESS && cuMemFreeAsync(warm, on) == CUDA_SUCCESS,
+              "a 4 KiB driver pair before the capture");
+        CHECK(cuMemAllocAsync(&warm, 65536, on) == CUDA_SUCCESS && cuMemFreeAsync(warm, on) == CUDA_SUCCESS,
+              "a 64 KiB driver pair before the capture");
+    }
+    CHECK(cuStreamSynchronize(s) == CUDA_SUCCESS && cuStreamSynchronize(other) == CUDA_SUCCESS, "streams idle");
+    fakecuda_reset_counters();
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS, "driver capture begins");
+    CUdeviceptr g;
+    CHECK(cuMemAllocAsync(&g, 65536, s) == CUDA_SUCCESS, "cuMemAllocAsync on the capturing stream");
+    CHECK(fakecuda_device_allocs() == 1, "cuMemAllocAsync on a stream captured through the driver reached CUDA");
+    CHECK(cuMemFreeAsync(g, s) == CUDA_SUCCESS, "cuMemFreeAsync on the capturing stream");
+    for (int i = 0; i < 100; i++) {
+        CUdeviceptr p;
+        CHECK(cuMemAllocAsync(&p, 4096, other) == CUDA_SUCCESS && cuMemFreeAsync(p, other) == CUDA_SUCCESS,
+              "a pair on the other stream during the capture");
+    }
+    CHECK(fakecuda_device_allocs() == 1, "a non-capturing stream is served from the cache during the capture");
+    CUgraph graph;
+    CHECK(cuStreamEndCapture(s, &graph) == CUDA_SUCCESS, "the driver capture ends cleanly");
+    fakecuda_reset_counters();
+    for (int i = 0; i < 100; i++) {
+        CUdeviceptr p;
+        CHECK(cuMemAllocAsync(&p, 4096, s) == CUDA_SUCCESS && cuMemFreeAsync(p, s) == CUDA_SUCCESS,
+              "a pair on the stream after its capture");
+    }
+    CHECK(fakecuda_device_allocs() <= 1, "after the capture the stream's pairs are cached again (%llu allocations)",
+          (unsigned long long)fakecuda_device_allocs());
+}
 
 int main(void)
 {
@@ -77,6 +121,7 @@ int main(void)
     CUDA_OK(cudaMalloc(&p, 4096));
     CHECK(fakecuda_device_allocs() == 0, "once the capture has ended, cudaMalloc is cached again");
     CUDA_OK(cudaFree(p));
+    driver_capture(s, other);
     CUDA_OK(cudaStreamDestroy(s));
     CUDA_OK(cudaStreamDestroy(other));
     return 0;
