@@ -91,14 +91,13 @@ static int current_device(int *device)
 
 // 1 when `s` is capturing (or its state cannot be read, e.g. an invalid handle: then the real
 // call must answer): a cached pointer handed out during a capture would be baked into the graph
-// instead of a MEM_ALLOC node. The driver is asked only while a counted capture is underway, as
+// instead of a MEM_ALLOC node. The driver is asked only when cci_capture_ask_streams says so, as
 // the runtime hooks do: captures begun through the driver or a static cudart are counted too
 // (cci_pl_cu_begin_capture and its siblings), and asking on every call had cost two driver calls
-// a cached cuMemAllocAsync+cuMemFreeAsync pair (issue 15). A capture begun through a begin we do
-// not wrap is not seen, at either level (streams.h, README's Limitations).
+// a cached cuMemAllocAsync+cuMemFreeAsync pair (issue 15).
 static inline __attribute__((always_inline)) int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
 {
-    if (__builtin_expect(!cci_capture_maybe_active(), 1))
+    if (__builtin_expect(!cci_capture_ask_streams(), 1))
         return 0;
     CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *) =
         ptsz ? t->cuStreamIsCapturing_ptsz : t->cuStreamIsCapturing;

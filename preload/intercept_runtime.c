@@ -231,7 +231,7 @@ static inline __attribute__((always_inline)) cudaError_t malloc_async(void **p, 
     uintptr_t addr;
     // On a capturing stream the real call records a MEM_ALLOC node (a cached pointer would be
     // baked into the graph instead); an invalid stream gets the runtime's own error.
-    if (p && size != 0 && !(cci_capture_maybe_active() && cci_stream_capturing(s, ptsz)) &&
+    if (p && size != 0 && !(cci_capture_ask_streams() && cci_stream_capturing(s, ptsz)) &&
         stream_device(s, &device) == 0) {
         int served =
             cci_serve_alloc(CCI_LEVEL_RUNTIME, device, size, cci_stream_key(s, ptsz), &addr);
@@ -257,7 +257,7 @@ static inline __attribute__((always_inline)) cudaError_t free_async(void *p, cud
     cci_pl_forwarding_begin();
     int rc = -1;
     if (p) {
-        int capturing = cci_capture_maybe_active() && cci_stream_capturing(s, ptsz);
+        int capturing = cci_capture_ask_streams() && cci_stream_capturing(s, ptsz);
         rc = runtime_release_answer(cci_serve_release(
             CCI_LEVEL_RUNTIME, ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", (uintptr_t)p,
             cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));

@@ -114,6 +114,7 @@ static void start(void)
     (void)cci_real_rt();
     int mode = cci__state_decide_mode(s);
     if (mode == CCI_MODE_ACTIVE) {
+        cci_capture_note_driver();
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);

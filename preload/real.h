@@ -199,6 +199,7 @@ typedef struct CUevent_st *CUevent;
     X(cuThreadExchangeStreamCaptureMode, OPTIONAL, (CUstreamCaptureMode * mode), (mode))     \
     X(cuCtxGetCurrent, OPTIONAL, (CUcontext * ctx), (ctx))                                   \
     X(cuDeviceGetCount, OPTIONAL, (int *count), (count))                                     \
+    X(cuDriverGetVersion, OPTIONAL, (int *version), (version))                               \
     X(cuCtxGetDevice, OPTIONAL, (CUdevice * dev), (dev))                                     \
     X(cuDevicePrimaryCtxGetState, OPTIONAL, (CUdevice dev, unsigned *flags, int *active),    \
       (dev, flags, active))                                                                  \

@@ -15,6 +15,22 @@
 #include "stream_registry.h"
 
 _Atomic int cci__captures;
+_Atomic int cci__capture_unseen_possible;
+
+// The newest driver whose capture begins are all wrapped (intercept_driver.c, hooks_runtime.c):
+// CUDA 13.0. A newer one may begin captures that no count shows (13.3's
+// cuStreamBeginRecaptureToGraph), so its stream-ordered allocations ask the stream every time. A
+// driver that cannot tell its version is taken as newer.
+#define NEWEST_KNOWN_DRIVER 13000
+
+void cci_capture_note_driver(void)
+{
+    const cci_real_driver *t = cci_real_drv();
+    int v = 0;
+    int unknown = !t->cuDriverGetVersion || t->cuDriverGetVersion(&v) != CUDA_SUCCESS;
+    atomic_store_explicit(&cci__capture_unseen_possible, unknown || v > NEWEST_KNOWN_DRIVER,
+                          memory_order_relaxed);
+}
 
 // The capture gate: a capture is counted before it begins, inside the gate, so a background
 // thread that checked the count inside the gate (the fence watcher) cannot ask a stream the

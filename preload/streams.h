@@ -40,6 +40,23 @@ static inline int cci_capture_maybe_active(void)
     return atomic_load_explicit(&cci__captures, memory_order_relaxed) > 0;
 }
 
+/// Set at start-up (cci_capture_note_driver): 1 when the driver is newer than the newest whose
+/// capture begins we all count (CUDA 13.0), so a capture may be underway that no count shows.
+extern _Atomic int cci__capture_unseen_possible CCI_HIDDEN;
+
+/// Whether a stream-ordered allocation or free must ask its stream whether it captures: while a
+/// counted capture is underway, and on every call with a driver newer than the begins we know
+/// (CUDA 13.3 added cuStreamBeginRecaptureToGraph, which we do not count). A cached pointer
+/// handed out during a capture would be baked into the graph instead of a MEM_ALLOC node.
+static inline int cci_capture_ask_streams(void)
+{
+    return cci_capture_maybe_active() ||
+           atomic_load_explicit(&cci__capture_unseen_possible, memory_order_relaxed);
+}
+
+/// At start-up, once the driver is loaded: decides cci__capture_unseen_possible.
+void cci_capture_note_driver(void);
+
 /// The capture gate (streams.c), for a thread of ours that asks the program's streams in the
 /// background: 1 with the gate held and no counted capture underway (none can begin until
 /// cci_capture_gate_leave), 0 (gate not held) while one may be.

@@ -323,7 +323,10 @@ FC_API CUresult cuDriverGetVersion(int *driverVersion)
 {
     if (!driverVersion)
         return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = FAKECUDA_DRIVER_VERSION;
+    /* FAKECUDA_DRIVER_VERSION in the environment: a newer (or older) driver, for the layer's
+     * version rules (the capture question: preload/streams.c). */
+    const char *v = getenv("FAKECUDA_DRIVER_VERSION");
+    *driverVersion = v && *v ? atoi(v) : FAKECUDA_DRIVER_VERSION;
     return CUDA_SUCCESS;
 }
 

@@ -47,8 +47,45 @@ static void driver_capture(cudaStream_t rs, cudaStream_t rother)
           (unsigned long long)fakecuda_device_allocs());
 }
 
-int main(void)
+// `unseen`, run with FAKECUDA_DRIVER_VERSION newer than 13.0: a capture begun through an entry
+// point the layer does not wrap (CUDA 13.3's recapture begin; here the fake's own helper) counts
+// nowhere, so with such a driver the stream-ordered calls of both levels ask their stream every
+// time: allocations on the capturing stream reach CUDA.
+static int unseen(void)
 {
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int i = 0; i < 4; i++) {  // the stream's pool holds blocks of both sizes first
+        void *p;
+        CUdeviceptr d;
+        CUDA_OK(cudaMallocAsync(&p, 65536, s));
+        CUDA_OK(cudaFreeAsync(p, s));
+        CHECK(cuMemAllocAsync(&d, 4096, (CUstream)s) == CUDA_SUCCESS &&
+                  cuMemFreeAsync(d, (CUstream)s) == CUDA_SUCCESS,
+              "a driver pair before the capture");
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    fakecuda_reset_counters();
+    CHECK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS,
+          "a capture begun behind the layer's back");
+    void *g;
+    CUdeviceptr d;
+    CUDA_OK(cudaMallocAsync(&g, 65536, s));
+    CHECK(fakecuda_device_allocs() == 1, "cudaMallocAsync on the unseen capture reached CUDA");
+    CHECK(cuMemAllocAsync(&d, 4096, (CUstream)s) == CUDA_SUCCESS, "cuMemAllocAsync on the unseen capture");
+    CHECK(fakecuda_device_allocs() == 2, "cuMemAllocAsync on the unseen capture reached CUDA");
+    CUDA_OK(cudaFreeAsync(g, s));
+    CHECK(cuMemFreeAsync(d, (CUstream)s) == CUDA_SUCCESS, "cuMemFreeAsync on the unseen capture");
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess, "the unseen capture ends cleanly");
+    CUDA_OK(cudaStreamDestroy(s));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "unseen") == 0)
+        return unseen();
     ptest_api api = ptest_get_api();
     CHECK(api.is_active() == 1, "the preload is active");
     cudaStream_t s, other;
