@@ -23,6 +23,7 @@
 #include "allocator_impl.h"
 #include "backend.h"
 #include "config.h"
+#include "cached_allocator.h"
 #include "testutil.h"
 
 #if defined(__linux__) && __has_include(<linux/membarrier.h>)
@@ -41,15 +42,6 @@ static int membarrier_offered(void)
 #endif
 }
 
-static cci_allocator *cached_allocator(size_t capacity, cci_sim_device **sim)
-{
-    cci_config cfg;
-    cci_config_default(&cfg);
-    *sim = cci_sim_create(capacity);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(*sim));
-    cci_allocator_thread_cache(a, 1);
-    return a;
-}
 
 static int solo_on(cci_allocator *a) { return atomic_load(&a->solo.on); }
 
@@ -65,7 +57,7 @@ static void *lock_once(void *arg)
 static void state(int offered)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)1 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)1 << 30, &sim);
     CHECK(solo_on(a) == offered, "solo at creation exactly where the kernel offers membarrier (%d)", offered);
     uintptr_t p;
     for (int i = 0; i < 100; i++) {
@@ -130,7 +122,7 @@ typedef struct {
 static void *owner_thread(void *arg)
 {
     trial *t = arg;
-    cci_allocator *a = cached_allocator(ARENA, &t->sim);
+    cci_allocator *a = t_cached_allocator(ARENA, &t->sim);
     for (long n = 0; !atomic_load_explicit(&t->stop, memory_order_relaxed); n++) {
         size_t size = sizes[n % NSIZES];
         uintptr_t p;

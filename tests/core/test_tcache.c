@@ -21,20 +21,11 @@
 #include "allocator.h"
 #include "backend.h"
 #include "config.h"
+#include "cached_allocator.h"
 #include "testutil.h"
 
 
 
-// An allocator on a simulated device of `capacity` bytes, with its per-thread caches on.
-static cci_allocator *cached_allocator(size_t capacity, cci_sim_device **sim)
-{
-    cci_config cfg;
-    cci_config_default(&cfg);
-    *sim = cci_sim_create(capacity);
-    cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(*sim));
-    cci_allocator_thread_cache(a, 1);
-    return a;
-}
 
 // ---- 1. exact statistics -----------------------------------------------------------------------
 
@@ -151,7 +142,7 @@ static void counting_observer(void *ud, const cci_event *ev)
 static void fast_path_serves(void)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)8 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)8 << 30, &sim);
     long events = 0;
     cci_allocator_add_observer(a, counting_observer, &events);
     uintptr_t first = 0, p = 0;
@@ -207,7 +198,7 @@ static void path_observer(void *ud, const cci_event *ev)
 static void set_aside(void)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)64 << 30, &sim);
     path_counts c = {0};
     CHECK(cci_allocator_add_observer(a, path_observer, &c) == 0, "observer attached");
     // Sizes that seldom repeat (the mixed workload's kind): 64 slots, 3001 sizes in turn.
@@ -286,7 +277,7 @@ static void *join_and_leave(void *arg)
 static long locked_frees_after_window(int other_joins)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)64 << 30, &sim);
     free_paths f = {0};
     CHECK(cci_allocator_add_observer(a, free_path_observer, &f) == 0, "observer attached");
     uintptr_t p[257];
@@ -430,7 +421,7 @@ static void readers(cci_allocator *a)
 static void threads(void)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)64 << 30, &sim);
     recount rc = {0};
     cci_allocator_add_observer(a, recount_event, &rc);
     long failures = run_workers(a, readers_and_flushes);
@@ -473,7 +464,7 @@ static void *allocate_and_exit(void *arg)
 static void thread_exit(void)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)8 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)8 << 30, &sim);
     exiting x = {a, 0};
     pthread_t t;
     pthread_create(&t, NULL, allocate_and_exit, &x);
@@ -574,7 +565,7 @@ static int by_order(const void *x, const void *y)
 static void batch_observer(void)
 {
     cci_sim_device *sim;
-    cci_allocator *a = cached_allocator((size_t)64 << 30, &sim);
+    cci_allocator *a = t_cached_allocator((size_t)64 << 30, &sim);
     CHECK(cci_allocator_add_batch_observer(a, serial_door, batch_door, NULL, ~0u) == 0, "batch observer attached");
     long failures = run_workers(a, readers);
     cci_stats st = {.size = sizeof st};
