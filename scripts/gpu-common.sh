@@ -135,6 +135,8 @@ cci_build_preload() {
 cci_nvcc() {
     local name=$1 src=$2
     shift 2
+    # Finds nvcc itself when the caller has not (session 15 lost three device calls to that).
+    [[ -n ${CCI_CUDA_LIB:-} ]] || cci_find_nvcc || return 1
     local inc=(-Iinclude -Iexamples)
     local d
     for d in "$@"; do inc+=("-I$d"); done
