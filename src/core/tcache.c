@@ -673,6 +673,18 @@ size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t roun
     return found;
 }
 
+// One step of a lock holder's wait for an owner in a fast path (or, at the end of the solo state,
+// in a locked section): tens of nanoseconds, unless the owner lost its CPU there (more threads
+// than cores), so every OWNER_WAIT_SPINS-th step yields the CPU.
+static inline void owner_wait_step(unsigned *spins)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (++*spins % OWNER_WAIT_SPINS == 0)
+        sched_yield();
+}
+
 // The general stop: every other thread's cache waited for at its gate, the logs swapped, the
 // shards folded, the batch doors told. Out of line: the mixed workload's lock (its only cache its
 // own, set aside) needs none of it, and this part's frame (six registers saved and restored) had
@@ -692,12 +704,8 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
                                                       memory_order_relaxed)) {
             if (open == GATE_STOPPED)
                 break;  // joined the list stopped (attach_cache)
-            open = GATE_OPEN;  // its owner is inside a fast path: tens of nanoseconds ...
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-            if (++spins % OWNER_WAIT_SPINS == 0)
-                sched_yield();  // ... unless it lost its CPU there (more threads than cores)
+            open = GATE_OPEN;  // its owner is inside a fast path
+            owner_wait_step(&spins);
         }
     }
     swap_logs(a);
@@ -717,13 +725,9 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
 // path).
 static void wait_while_set(_Atomic int *flag)
 {
-    for (unsigned spins = 1; atomic_load_explicit(flag, memory_order_acquire); spins++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if (spins % OWNER_WAIT_SPINS == 0)
-            sched_yield();
-    }
+    unsigned spins = 0;
+    while (atomic_load_explicit(flag, memory_order_acquire))
+        owner_wait_step(&spins);
 }
 
 // The lock word taken (by a thread that is not, or no longer, solo). When that ends the solo state
