@@ -48,9 +48,9 @@ void cci_solo_init(cci_solo *s);
 /// Out of line: the solo state ended by `self`, a second thread (see cci_solo_note_lock).
 void cci__solo_end(cci_solo *s);
 
-/// Allocator lock held, taken by the thread `self` (a token unique among live threads). 1 when
-/// this ended the solo state: the caller must then wait for the owner's fast path in flight, if
-/// any (the cache's in_fast), before it touches the owner's cache.
+/// Lock word held, taken by the thread `self` (a token unique among live threads). 1 when this
+/// ended the solo state: the caller must then wait for the owner's locked section and fast path in
+/// flight, if any (in_section, the cache's in_fast), before it touches the allocator.
 static inline int cci_solo_note_lock(cci_solo *s, uintptr_t self)
 {
     if (!atomic_load_explicit(&s->on, memory_order_relaxed))

@@ -19,10 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "allocator.h"
 #include "allocator_impl.h"
-#include "backend.h"
-#include "config.h"
 #include "cached_allocator.h"
 #include "testutil.h"
 
@@ -41,7 +38,6 @@ static int membarrier_offered(void)
     return 0;
 #endif
 }
-
 
 static int solo_on(cci_allocator *a) { return atomic_load(&a->solo.on); }
 
