@@ -31,7 +31,7 @@ unsigned long long g_fail_at;
 
 atomic_ullong g_cnt_allocs, g_cnt_frees, g_cnt_sync, g_cnt_ctx_sync;
 atomic_ullong g_cnt_stream_query, g_cnt_event_record, g_cnt_event_query, g_cnt_event_sync,
-    g_cnt_stream_wait_event;
+    g_cnt_stream_wait_event, g_cnt_ctx_record, g_cnt_ctx_wait;
 
 struct pa_count *g_pa;
 size_t g_npa;

@@ -206,6 +206,12 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult cuCtxGetDevice(CUdevice *device);
 CUresult cuCtxSynchronize(void);
+/* CUDA 12.5: an event for all the work of a context (every stream) queued so
+ * far, and all later work of a context (every stream, created later too) made
+ * to wait for an event. Both refuse while a stream of the context captures,
+ * and invalidate that capture, as the H100 showed (any capture mode). */
+CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent);
+CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent);
 
 /* ---- Memory ---- */
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
@@ -371,6 +377,8 @@ struct fakecu_event_calls {
     unsigned long long event_queries;  /* cuEventQuery */
     unsigned long long event_syncs;    /* cuEventSynchronize */
     unsigned long long stream_waits;   /* cuStreamWaitEvent */
+    unsigned long long ctx_records;    /* cuCtxRecordEvent */
+    unsigned long long ctx_waits;      /* cuCtxWaitEvent */
 };
 void fakecu_get_event_calls(struct fakecu_event_calls *out);
 /* Zero allocs/frees/sync/procaddress/event-call counters (not used bytes, not live allocations). */

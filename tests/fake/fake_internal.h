@@ -117,6 +117,10 @@ struct CUevent_st {
     struct CUstream_st *s; /* NULL: never recorded */
     uint64_t seq;
     bool captured;
+    /* A context event (cuCtxRecordEvent): the work of every stream of the
+     * context's device queued before the record, as one (stream, seq) each. */
+    struct dep *deps;
+    size_t ndeps;
 };
 
 struct CUctx_st {
@@ -165,6 +169,10 @@ struct device {
     struct CUctx_st primary;
     int primary_refs;
     struct CUstream_st *legacy;
+    /* cuCtxWaitEvent: work that every stream created from now on must wait
+     * for too (pruned as it completes). */
+    struct dep *ctx_waits;
+    size_t nctx_waits;
 };
 
 struct per_thread_streams {
@@ -205,7 +213,7 @@ extern unsigned long long g_fail_at;
 extern atomic_ullong g_cnt_allocs, g_cnt_frees, g_cnt_sync, g_cnt_ctx_sync;
 /* What a fence costs the host (fakecu_get_event_calls). */
 extern atomic_ullong g_cnt_stream_query, g_cnt_event_record, g_cnt_event_query, g_cnt_event_sync,
-    g_cnt_stream_wait_event;
+    g_cnt_stream_wait_event, g_cnt_ctx_record, g_cnt_ctx_wait;
 extern struct pa_count *g_pa;
 extern size_t g_npa;
 extern unsigned long long g_pa_total;
@@ -234,6 +242,9 @@ void invalidate(struct CUstream_st *s);
 bool legacy_breaks_capture_locked(int dev, bool do_invalidate);
 bool unsafe_call_conflicts_locked(void);
 bool any_capture_locked(bool do_invalidate);
+bool device_capture_locked(int dev, bool do_invalidate);
+/* A new stream of dev waits for the context waits still pending (cuCtxWaitEvent). */
+CUresult stream_join_ctx_waits_locked(struct CUstream_st *s);
 CUresult stream_accepts_locked(struct CUstream_st *s);
 CUresult enqueue_locked(struct CUstream_st *s, void (*fn)(void *), void *arg, void (*drop)(void *),
                         uint64_t *seq);

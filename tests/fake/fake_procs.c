@@ -35,6 +35,8 @@ static const struct proc_entry k_procs[] = {
     P("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
     P("cuCtxGetDevice", 2000, cuCtxGetDevice),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    P("cuCtxRecordEvent", 12050, cuCtxRecordEvent),
+    P("cuCtxWaitEvent", 12050, cuCtxWaitEvent),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
     P("cuMemFree", 3020, cuMemFree_v2),
     P("cuMemAllocManaged", 6000, cuMemAllocManaged),
@@ -260,6 +262,8 @@ FC_API void fakecu_get_event_calls(struct fakecu_event_calls *out)
     out->event_queries = atomic_load(&g_cnt_event_query);
     out->event_syncs = atomic_load(&g_cnt_event_sync);
     out->stream_waits = atomic_load(&g_cnt_stream_wait_event);
+    out->ctx_records = atomic_load(&g_cnt_ctx_record);
+    out->ctx_waits = atomic_load(&g_cnt_ctx_wait);
 }
 
 FC_API void fakecu_reset_counters(void)
@@ -273,6 +277,8 @@ FC_API void fakecu_reset_counters(void)
     atomic_store(&g_cnt_event_query, 0);
     atomic_store(&g_cnt_event_sync, 0);
     atomic_store(&g_cnt_stream_wait_event, 0);
+    atomic_store(&g_cnt_ctx_record, 0);
+    atomic_store(&g_cnt_ctx_wait, 0);
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_npa; i++)
         g_pa[i].n = 0;

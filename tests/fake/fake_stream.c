@@ -94,6 +94,8 @@ struct CUstream_st *stream_new_locked(int dev, enum stream_kind kind, bool block
     }
     if (kind == SK_CREATED)
         HASH_ADD_PTR(g_stream_reg, key, s);
+    /* Not joinable: a failed wait leaves the stream unordered, as a driver out of memory would. */
+    (void)stream_join_ctx_waits_locked(s);
     return s;
 }
 
@@ -221,6 +223,37 @@ bool unsafe_call_conflicts_locked(void)
         }
     }
     return hit;
+}
+
+/* A stream of the device captures: what cuCtxRecordEvent and cuCtxWaitEvent
+ * refuse (invalidating the capture, in every capture mode: H100, session 16). */
+bool device_capture_locked(int dev, bool do_invalidate)
+{
+    bool hit = false;
+    for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
+        if (t->live && t->dev == dev && capture_ongoing(t)) {
+            hit = true;
+            if (do_invalidate)
+                invalidate(t);
+        }
+    return hit;
+}
+
+CUresult stream_join_ctx_waits_locked(struct CUstream_st *s)
+{
+    struct device *d = &g_dev[s->dev];
+    size_t keep = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t i = 0; i < d->nctx_waits; i++) {
+        struct dep w = d->ctx_waits[i];
+        if (w.s->completed >= w.seq)
+            continue;
+        d->ctx_waits[keep++] = w;
+        if (!r && w.s != s)
+            r = enqueue_after_locked(s, NULL, NULL, NULL, &w, NULL);
+    }
+    d->nctx_waits = keep;
+    return r;
 }
 
 bool any_capture_locked(bool do_invalidate)

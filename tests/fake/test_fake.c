@@ -664,6 +664,84 @@ static void test_holds_waits_graphs(void)
     CHECK(cudaStreamDestroy(cap) == cudaSuccess);
 }
 
+/* Context events (CUDA 12.5) as the H100 showed them (session 16's probe): the record covers the
+ * earlier work of every stream of the context (non-blocking, per-thread, destroyed but draining)
+ * and no later work; a context wait holds later work of every stream, created later too; both
+ * refuse during a capture of any mode and invalidate it. */
+static void test_context_events(void)
+{
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CUcontext ctx;
+    CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx);
+    cudaStream_t a, b, gone, cap;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess);
+    unsigned char *p;
+    CHECK(cudaMalloc((void **)&p, 8192) == cudaSuccess);
+    memset(p, 0, 8192);
+    CUevent ev;
+    CHECK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS);
+    CHECK(cuCtxRecordEvent(NULL, ev) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuCtxRecordEvent(ctx, NULL) == CUDA_ERROR_INVALID_HANDLE);
+
+    /* Earlier work of a non-blocking stream and of a destroyed one: covered; later work: not. */
+    CHECK(fakecuda_stream_hold(a, 1) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x11, 4096, a, 0);
+    CHECK(fakecuda_stream_hold(gone, 1) == cudaSuccess);
+    fakecuda_delayed_fill(p + 4096, 0x12, 4096, gone, 0);
+    CHECK(fakecuda_stream_hold(gone, 0) == cudaSuccess);  /* (a destroyed stream's work runs) */
+    CHECK(cudaStreamDestroy(gone) == cudaSuccess);
+    CHECK(cuCtxRecordEvent(ctx, ev) == CUDA_SUCCESS);
+    CHECK(cuEventQuery(ev) == CUDA_ERROR_NOT_READY);
+    CHECK(fakecuda_stream_hold(b, 1) == cudaSuccess);
+    fakecuda_delayed_fill(p, 0x22, 4096, b, 0);  /* after the record */
+    CHECK(cuEventSynchronize(ev) == CUDA_SUCCESS);
+    CHECK(all_bytes(p, 0x11, 4096) && all_bytes(p + 4096, 0x12, 4096));
+    CHECK(cuEventQuery(ev) == CUDA_SUCCESS);
+    CHECK(cudaStreamQuery(b) == cudaErrorNotReady);
+    CHECK(cudaStreamSynchronize(b) == cudaSuccess);
+    CHECK(fakecuda_stream_hold(b, 0) == cudaSuccess);
+
+    /* A context wait: later work on another stream, and on a stream created after it, runs after
+     * the recorded work. */
+    fakecuda_delayed_fill(p, 0x33, 4096, a, 0);
+    CHECK(cuCtxRecordEvent(ctx, ev) == CUDA_SUCCESS);
+    CHECK(cuCtxWaitEvent(ctx, ev) == CUDA_SUCCESS);
+    fakecuda_delayed_fill(p, 0x44, 4096, b, 0);
+    cudaStream_t later;
+    CHECK(cudaStreamCreateWithFlags(&later, cudaStreamNonBlocking) == cudaSuccess);
+    fakecuda_delayed_fill(p + 4096, 0x55, 4096, later, 0);
+    CHECK(cudaStreamQuery(later) == cudaErrorNotReady);  /* held behind a's held work */
+    CHECK(cudaStreamSynchronize(b) == cudaSuccess && cudaStreamSynchronize(later) == cudaSuccess);
+    CHECK(all_bytes(p, 0x44, 4096) && all_bytes(p + 4096, 0x55, 4096));
+    CHECK(fakecuda_stream_hold(a, 0) == cudaSuccess);
+
+    /* A capture of any mode: both calls refuse and invalidate it. */
+    const enum cudaStreamCaptureMode modes[3] = {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal,
+                                            cudaStreamCaptureModeRelaxed};
+    for (int m = 0; m < 6; m++) {
+        CHECK(cudaStreamBeginCapture(cap, modes[m % 3]) == cudaSuccess);
+        CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+        CHECK(cuThreadExchangeStreamCaptureMode(&relaxed) == CUDA_SUCCESS);
+        CHECK((m < 3 ? cuCtxRecordEvent(ctx, ev) : cuCtxWaitEvent(ctx, ev)) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        CHECK(cuThreadExchangeStreamCaptureMode(&relaxed) == CUDA_SUCCESS);
+        cudaGraph_t g = NULL;
+        CHECK(cudaStreamEndCapture(cap, &g) == cudaErrorStreamCaptureInvalidated);
+    }
+    struct fakecu_event_calls calls;
+    fakecu_get_event_calls(&calls);
+    CHECK(calls.ctx_records >= 4 && calls.ctx_waits >= 4);
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CHECK(cuGetProcAddress_v2("cuCtxRecordEvent", &fn, 12050, 0, &st) == CUDA_SUCCESS && fn == (void *)cuCtxRecordEvent);
+    CHECK(cuEventDestroy_v2(ev) == CUDA_SUCCESS);
+    CHECK(cudaFree(p) == cudaSuccess);
+    CHECK(cudaStreamDestroy(a) == cudaSuccess && cudaStreamDestroy(b) == cudaSuccess);
+    CHECK(cudaStreamDestroy(later) == cudaSuccess && cudaStreamDestroy(cap) == cudaSuccess);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -674,6 +752,7 @@ int main(void)
     test_streams_and_events();
     test_capture();
     test_holds_waits_graphs();
+    test_context_events();
     test_devices_and_contexts();
     test_stress();
     if (g_failures) {
