@@ -12,6 +12,7 @@
 
 #include "backend_cuda.h"
 #include "callsites.h"
+#include "context_fences.h"
 #include "fence_watcher.h"
 #include "intercept_runtime.h"
 #include "backend_cuda_fence.h"
@@ -105,6 +106,9 @@ static void start(void)
     if (s->bad_fence_watcher[0])
         cci_log(CCI_LOG_WARNING, "CCI_FENCE_WATCHER=%s is not 0 or 1; the fence watcher stays on",
                 s->bad_fence_watcher);
+    if (s->bad_context_fences[0])
+        cci_log(CCI_LOG_WARNING, "CCI_CONTEXT_FENCES=%s is not 0 or 1; context fences stay on",
+                s->bad_context_fences);
     if (s->bad_debug_unsafe[0])
         cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE=%s is not a comma-separated list of no-fences, "
                 "no-stream-rule; ignored", s->bad_debug_unsafe);
@@ -115,6 +119,7 @@ static void start(void)
     int mode = cci__state_decide_mode(s);
     if (mode == CCI_MODE_ACTIVE) {
         cci_capture_note_driver();
+        cci_context_fences_start(s->context_fences);
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);

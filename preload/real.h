@@ -116,6 +116,7 @@ typedef struct CUevent_st *CUevent;
 #define CCI_CU_STREAM_NON_BLOCKING 0x1u
 #define CCI_CU_EVENT_DISABLE_TIMING 0x2u
 #define CCI_CUDA_ERROR_NOT_READY 600
+#define CCI_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 
 /// Wrapped (part of CCI_REAL_DRIVER_WRAPPED, so the resolver and the dlsym hook hand out ours):
 /// stream creation and destruction below the runtime (NCCL, XLA, static cudart) and peer access,
@@ -154,7 +155,9 @@ typedef struct CUevent_st *CUevent;
     X(cuEventDestroy_v2, OPTIONAL, (CUevent e), (e))                                         \
     X(cuStreamQuery, OPTIONAL, (CUstream s), (s))                                            \
     X(cuStreamSynchronize, OPTIONAL, (CUstream s), (s))                                      \
-    X(cuStreamWaitEvent, OPTIONAL, (CUstream s, CUevent e, unsigned flags), (s, e, flags))
+    X(cuStreamWaitEvent, OPTIONAL, (CUstream s, CUevent e, unsigned flags), (s, e, flags))   \
+    X(cuCtxRecordEvent, OPTIONAL, (CUcontext c, CUevent e), (c, e))                          \
+    X(cuCtxWaitEvent, OPTIONAL, (CUcontext c, CUevent e), (c, e))
 // ---- end of issue 12 (driver)
 
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.

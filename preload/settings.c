@@ -184,7 +184,7 @@ static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
-// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER): 0 or 1. Any other
+// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER, CCI_CONTEXT_FENCES): 0 or 1. Any other
 // value leaves it on and is kept in `bad` for start-up's warning.
 static int read_on_switch(const char *v, char *bad, size_t bad_size)
 {
@@ -243,6 +243,8 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     s->thread_cache = read_on_switch(lookup("CCI_THREAD_CACHE"), s->bad_thread_cache, sizeof s->bad_thread_cache);
     s->fence_watcher = read_on_switch(lookup("CCI_FENCE_WATCHER"), s->bad_fence_watcher,
                                       sizeof s->bad_fence_watcher);
+    s->context_fences = read_on_switch(lookup("CCI_CONTEXT_FENCES"), s->bad_context_fences,
+                                       sizeof s->bad_context_fences);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 

@@ -72,6 +72,10 @@ typedef struct cci_settings {
     // 1 or unset: a thread of ours makes them where they are dear.
     int fence_watcher;
     char bad_fence_watcher[64];     ///< a refused value ("" when none): the watcher stays on
+    // CCI_CONTEXT_FENCES=0 keeps fences on each stream (context_fences.h); 1 or unset: one event
+    // for every stream of a device where the driver has it.
+    int context_fences;
+    char bad_context_fences[64];    ///< a refused value ("" when none): they stay on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
 } cci_settings;

@@ -9,6 +9,7 @@
 #include "allocator.h"
 #include "backend_cuda.h"
 #include "backend_cuda_fence.h"
+#include "context_fences.h"
 #include "log.h"
 #include "settings.h"
 #include "state.h"
@@ -252,6 +253,7 @@ void cci_stream_registry_add(CUstream s, int device, unsigned flags)
 {
     if (!s)
         return;
+    cci_context_fences_note_stream(s, device);  // before any fence could need to cover it
     int added = 0;
     pthread_mutex_lock(&registry_lock);
     // A runtime creation reaches our driver wrapper too (on a real cudart): one entry.

@@ -452,6 +452,21 @@ FC_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Active while retained (the fake's runtime retains it at its first call). */
+FC_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    ENTER();
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (check_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_lock);
+    *flags = 0;
+    *active = g_dev[dev].primary_refs > 0;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
 /* Tears down what a real primary context owns: allocations and streams.
  * Called with the lock held; returns with it held. */
 void device_reset_locked(int dev)

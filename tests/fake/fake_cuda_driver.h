@@ -195,6 +195,7 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
@@ -209,7 +210,9 @@ CUresult cuCtxSynchronize(void);
 /* CUDA 12.5: an event for all the work of a context (every stream) queued so
  * far, and all later work of a context (every stream, created later too) made
  * to wait for an event. Both refuse while a stream of the context captures,
- * and invalidate that capture, as the H100 showed (any capture mode). */
+ * and invalidate that capture, as the H100 showed (any capture mode).
+ * FAKECUDA_CTX_RECORD_US=N: a record takes N us before it looks at the
+ * streams (a capture begun meanwhile is met). */
 CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent);
 CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent);
 

@@ -207,6 +207,11 @@ FC_API CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
     ENTER();
     atomic_fetch_add(&g_cnt_ctx_record, 1);
+    /* FAKECUDA_CTX_RECORD_US: the call takes this long before it looks at the streams, so that a
+     * capture begun meanwhile by another thread is met (tests of the capture gate). */
+    const char *delay = getenv("FAKECUDA_CTX_RECORD_US");
+    if (delay && *delay)
+        usleep((useconds_t)strtoul(delay, NULL, 10));
     pthread_mutex_lock(&g_lock);
     struct CUevent_st *e = NULL;
     CUresult r = ctx_event_args_locked(hCtx, hEvent, &e);

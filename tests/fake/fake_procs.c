@@ -26,6 +26,7 @@ static const struct proc_entry k_procs[] = {
     P("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
     P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    P("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
     P("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
     P("cuCtxCreate", 3020, cuCtxCreate_v2),
     P("cuCtxDestroy", 4000, cuCtxDestroy_v2),

@@ -179,6 +179,13 @@ static void held(int legacy)
 #define FREES_PER_CAPTURE 4
 // How capture_driver begins its captures.
 enum begin_kind { BEGIN_DRIVER, BEGIN_UNSEEN, BEGIN_TO_GRAPH, BEGIN_TO_GRAPH_RUNTIME, BEGIN_V1 };
+// Whether this run has context fences (the meson tests set CCI_CONTEXT_FENCES=0 for the watcher's).
+static int context_fences(void)
+{
+    const char *v = getenv("CCI_CONTEXT_FENCES");
+    return !(v && !strcmp(v, "0"));
+}
+
 static const char *const begin_names[] = {"capture-driver", "capture-unseen", "capture-to-graph",
                                           "capture-to-graph-runtime", "capture-v1"};
 
@@ -243,7 +250,7 @@ static void capture_driver(enum begin_kind kind)
             CU_OK(cuGraphDestroy(g));
     }
     struct fakecu_event_calls c1 = ptest_event_calls();
-    unsigned long long sq = c1.stream_queries - c0.stream_queries;
+    unsigned long long sq = c1.stream_queries - c0.stream_queries, cr = c1.ctx_records - c0.ctx_records;
     // Frees after the captures are fenced again, and the watcher looks (a begin counted twice,
     // or an end not counted, would leave a capture running for good: no fence, no look).
     // The blocks are taken again (all of the pool), freed, and one more wanted: only the frees'
@@ -255,14 +262,19 @@ static void capture_driver(enum begin_kind kind)
     void *q;
     CUDA_OK(cudaMalloc(&q, 2 * BIG));
     ptest_sleep_ms(200);
-    unsigned long long sq_after = ptest_event_calls().stream_queries - c1.stream_queries;
-    printf("%s: %d captures, %llu stream queries meanwhile, %llu after them\n", begin_names[kind], CAPTURES,
-           sq, sq_after);
+    struct fakecu_event_calls c2 = ptest_event_calls();
+    unsigned long long sq_after = c2.stream_queries - c1.stream_queries, cr_after = c2.ctx_records - c1.ctx_records;
+    printf("%s: %d captures, %llu stream queries and %llu context records meanwhile, %llu and %llu after "
+           "them\n", begin_names[kind], CAPTURES, sq, cr, sq_after, cr_after);
     if (kind == BEGIN_UNSEEN)
         CHECK(sq > 0, "the watcher looked while the captures ran (%llu questions)", sq);
     else
-        CHECK(sq == 0, "a counted capture: no stream was asked while it ran (%llu)", sq);
-    CHECK(sq_after > 0, "fences were looked at once the captures had ended (%llu questions)", sq_after);
+        CHECK(sq == 0 && cr == 0, "a counted capture: no stream was asked and no context event recorded "
+              "while it ran (%llu, %llu)", sq, cr);
+    if (context_fences())
+        CHECK(cr_after > 0, "context fences were recorded once the captures had ended (%llu)", cr_after);
+    else
+        CHECK(sq_after > 0, "fences were looked at once the captures had ended (%llu questions)", sq_after);
     CUDA_OK(cudaFree(q));
 }
 

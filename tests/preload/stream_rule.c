@@ -18,6 +18,7 @@
 #include "fake_cuda_driver.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ptest.h"
@@ -178,12 +179,17 @@ static void barrier(const ptest_api *api)
     CHECK(fakecuda_ctx_sync_calls() == 0 && fakecuda_sync_calls() == 0 && c.stream_waits == 1,
           "a non-blocking stream after barriers: no synchronisation (%llu), it waits for the legacy "
           "stream's earlier work instead (%llu stream waits)", fakecuda_ctx_sync_calls(), c.stream_waits);
+    // Ordered on the GPU: by a context wait with context fences (one call whatever the streams),
+    // else by a stream wait per non-blocking stream.
+    const char *cf = getenv("CCI_CONTEXT_FENCES");
+    int ctx = !(cf && !strcmp(cf, "0"));
     d = held_pairs(api);
     fakecu_get_event_calls(&c);
-    CHECK(d.num_fence_waits == 0 && c.stream_waits > 0 && fakecuda_device_allocs() <= 1,
+    CHECK(d.num_fence_waits == 0 && (ctx ? c.ctx_waits > 0 && c.ctx_records > 0 : c.stream_waits > 0) &&
+          fakecuda_device_allocs() <= 1,
           "a non-blocking stream live and idle: no barrier, but each fence wanted is ordered instead "
-          "of waited for (%llu waits, %llu stream waits, %llu device allocations)",
-          (unsigned long long)d.num_fence_waits, c.stream_waits, fakecuda_device_allocs());
+          "of waited for (%llu waits, %llu stream waits, %llu context waits, %llu device allocations)",
+          (unsigned long long)d.num_fence_waits, c.stream_waits, c.ctx_waits, fakecuda_device_allocs());
     // The same with the side stream busy (work held on it): ordered on the GPU too, the legacy
     // stream waiting for a sweep of the side stream, then the side stream for the legacy one.
     void *side;
@@ -192,10 +198,10 @@ static void barrier(const ptest_api *api)
     CUDA_OK(cudaMemsetAsync(side, 1, N, nonblocking));
     d = held_pairs(api);
     fakecu_get_event_calls(&c);
-    CHECK(d.num_fence_waits == 0 && c.stream_waits >= 2 && fakecuda_device_allocs() <= 1,
+    CHECK(d.num_fence_waits == 0 && (ctx ? c.ctx_waits > 0 : c.stream_waits >= 2) && fakecuda_device_allocs() <= 1,
           "a non-blocking stream busy: still ordered, not waited for (%llu waits, %llu stream waits, "
-          "%llu device allocations)", (unsigned long long)d.num_fence_waits, c.stream_waits,
-          fakecuda_device_allocs());
+          "%llu context waits, %llu device allocations)", (unsigned long long)d.num_fence_waits, c.stream_waits,
+          c.ctx_waits, fakecuda_device_allocs());
     CUDA_OK(fakecuda_stream_hold(nonblocking, 0));
     CUDA_OK(cudaStreamSynchronize(nonblocking));
     CUDA_OK(cudaFree(side));

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+// Context fences (preload/context_fences.h): one cuCtxRecordEvent per device covers every stream,
+// where the lazy coverage asked the non-blocking streams one by one. Real programs under the
+// preload on the fake CUDA, whose context events cover every stream of the device and refuse,
+// invalidating it, while a capture runs (as the H100 showed).
+//
+//   fence_context idle-pool MODE  32 idle non-blocking streams (PyTorch's pool), the legacy stream
+//                 held so that fences pass only when waited for: 400 fenced pairs, each block
+//                 written late on the legacy stream. MODE context: no stream is ever asked and
+//                 context events are recorded; MODE per-stream (CCI_CONTEXT_FENCES=0): the
+//                 streams are asked and no context event is recorded. Either way every new
+//                 owner's data is intact and the pool does not grow.
+//   capture-race  a thread captures in global mode, 20 times, while another allocates and frees
+//                 (fenced) without pause: every capture must survive, because a context event
+//                 is recorded only inside the capture gate with no capture underway.
+//   foreign       a stream created in a context of the program's own (cuCtxCreate): context
+//                 fences stop, and the pool's fences look at each stream from then on.
+//   unseen        a capture begun behind the layer's back (no wrapper saw it): the first context
+//                 event recorded during it is refused and context fences stop for good. The
+//                 capture is lost (the driver invalidates it), as it would be by the per-stream
+//                 looks' questions on the program's threads. On a driver whose every capture
+//                 begin we wrap this cannot happen; on a newer one context fences are never used.
+#include "fake_cuda_driver.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ptest.h"
+
+#define POOL 32
+#define N ((size_t)1 << 16)
+#define PAIRS 400
+
+static cudaStream_t pool[POOL];
+
+// PAIRS fenced pairs, the legacy stream held: each block gets a late write from its old owner on
+// the held legacy stream, is freed, and the next allocation's owner writes its own byte on a pool
+// stream and waits for that stream only. The last KEEP owners keep their blocks until the legacy
+// stream is released: a block handed out before its old write was ordered first is clobbered then.
+#define KEEP 8
+static void held_pairs(void)
+{
+    void *kept[KEEP];
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    for (int i = 0; i < PAIRS; i++) {
+        void *p, *q;
+        CUDA_OK(cudaMalloc(&p, N));
+        CUDA_OK(cudaMemsetAsync(p, 0xEE, N, cudaStreamLegacy));  // the old owner's late write
+        CUDA_OK(cudaFree(p));
+        CUDA_OK(cudaMalloc(&q, N));
+        cudaStream_t s = pool[i % POOL];
+        CUDA_OK(cudaMemsetAsync(q, 1 + i % 100, N, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        if (i >= PAIRS - KEEP)
+            kept[i - (PAIRS - KEEP)] = q;
+        else
+            CUDA_OK(cudaFree(q));
+    }
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    int intact = 0;
+    for (int k = 0; k < KEEP; k++) {
+        int i = PAIRS - KEEP + k;
+        intact += ptest_all_bytes(kept[k], N, (unsigned char)(1 + i % 100));
+        CUDA_OK(cudaFree(kept[k]));
+    }
+    CHECK(intact == KEEP, "the last %d owners' data intact after the old owners' late writes ran (%d)", KEEP,
+          intact);
+}
+
+static void idle_pool(const char *mode)
+{
+    int ctx = !strcmp(mode, "context");
+    ptest_make_pool(pool, POOL);
+    struct fakecu_event_calls c0 = ptest_event_calls();
+    unsigned long long allocs0 = fakecuda_device_allocs();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    held_pairs();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    // THE ORDER's census of the streams (at most one every 20 ms) is all they are asked.
+    unsigned long long census_bound = (unsigned long long)POOL * (2 + (unsigned long long)(ms / 20));
+    struct fakecu_event_calls c1 = ptest_event_calls();
+    unsigned long long sq = c1.stream_queries - c0.stream_queries, cr = c1.ctx_records - c0.ctx_records;
+    printf("%s: %d pairs, %llu stream queries, %llu context records, %llu event records, %llu device "
+           "allocations\n", mode, PAIRS, sq, cr, c1.event_records - c0.event_records,
+           fakecuda_device_allocs() - allocs0);
+    if (ctx)
+        CHECK(sq <= census_bound && cr > 0, "context fences: the %d idle streams asked only by the order's "
+              "census (%llu questions in %.0f ms, at most %llu), %llu context events recorded", POOL, sq, ms,
+              census_bound, cr);
+    else
+        CHECK(sq > census_bound && cr == 0, "per-stream fences: the streams asked more (%llu questions), "
+              "no context event (%llu)", sq, cr);
+    CHECK(fakecuda_device_allocs() - allocs0 <= 1, "the pool did not grow (%llu device allocations)",
+          fakecuda_device_allocs() - allocs0);
+    for (int i = 0; i < POOL; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
+// ---- capture-race ----
+
+static atomic_int captures_done;
+
+static void *capturer(void *arg)
+{
+    (void)arg;
+    cudaStream_t s = ptest_stream(cudaStreamNonBlocking);
+    void *scratch;
+    CUDA_OK(cudaMalloc(&scratch, N));
+    int survived = 0;
+    for (int c = 0; c < 20; c++) {
+        CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CUDA_OK(cudaMemsetAsync(scratch, c, N, s));
+        ptest_sleep_ms(2);  // the other thread's frees and fences meanwhile
+        cudaGraph_t g = NULL;
+        cudaError_t e = cudaStreamEndCapture(s, &g);
+        survived += e == cudaSuccess;
+        if (g)
+            CUDA_OK(cudaGraphDestroy(g));
+        ptest_sleep_ms(1);  // and between captures, where context events may be recorded
+    }
+    CHECK(survived == 20, "all 20 global-mode captures survived the other thread's fences (%d)", survived);
+    CUDA_OK(cudaFree(scratch));
+    CUDA_OK(cudaStreamDestroy(s));
+    atomic_store(&captures_done, 1);
+    return NULL;
+}
+
+static void capture_race(void)
+{
+    // This thread's frees during another thread's global capture are allowed (relaxed mode).
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CU_OK(cuThreadExchangeStreamCaptureMode(&relaxed));
+    ptest_make_pool(pool, 4);
+    struct fakecu_event_calls c0 = ptest_event_calls();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, capturer, NULL) == 0, "capturing thread started");
+    unsigned long long pairs = 0;
+    void *keep[8] = {0};
+    while (!atomic_load(&captures_done)) {
+        void *p;
+        size_t size = N << (pairs % 3);  // a few sizes: misses and poor fits record fences
+        CUDA_OK(cudaMalloc(&p, size));
+        CUDA_OK(cudaMemsetAsync(p, 1, size, cudaStreamLegacy));
+        if (keep[pairs % 8])
+            CUDA_OK(cudaFree(keep[pairs % 8]));
+        keep[pairs % 8] = p;
+        pairs++;
+    }
+    pthread_join(t, NULL);
+    for (int i = 0; i < 8; i++)
+        if (keep[i])
+            CUDA_OK(cudaFree(keep[i]));
+    struct fakecu_event_calls c1 = ptest_event_calls();
+    printf("capture-race: %llu allocations beside the captures, %llu context records\n", pairs,
+           c1.ctx_records - c0.ctx_records);
+    CHECK(c1.ctx_records > c0.ctx_records, "context fences were recorded between the captures (%llu)",
+          c1.ctx_records - c0.ctx_records);
+    for (int i = 0; i < 4; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
+// ---- foreign, unseen ----
+
+// Fenced pairs with misses (sizes growing), so that fences are recorded. The context records made.
+// `during_capture`: no device synchronisation at the end (it would be refused).
+static unsigned long long fenced_misses(int during_capture)
+{
+    unsigned long long before = ptest_event_calls().ctx_records;
+    void *keep[64];
+    for (int i = 0; i < 64; i++) {
+        CUDA_OK(cudaMalloc(&keep[i], N * (size_t)(1 + i % 8)));
+        CUDA_OK(cudaMemsetAsync(keep[i], 2, N, cudaStreamLegacy));
+    }
+    for (int i = 0; i < 64; i++)
+        CUDA_OK(cudaFree(keep[i]));
+    for (int i = 0; i < 64; i++) {
+        CUDA_OK(cudaMalloc(&keep[i], N * (size_t)(9 + i % 8)));
+        CUDA_OK(cudaFree(keep[i]));
+    }
+    if (!during_capture)
+        CUDA_OK(cudaDeviceSynchronize());
+    return ptest_event_calls().ctx_records - before;
+}
+
+static void foreign(void)
+{
+    ptest_make_pool(pool, 2);
+    CHECK(fenced_misses(0) > 0, "context fences recorded while every stream is the primary context's");
+    CUdevice dev;
+    CUcontext mine, popped;
+    CU_OK(cuDeviceGet(&dev, 0));
+    CU_OK(cuCtxCreate_v2(&mine, 0, dev));  // current now
+    CUstream theirs;
+    CU_OK(cuStreamCreate(&theirs, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuCtxPopCurrent_v2(&popped));
+    unsigned long long later = fenced_misses(0);
+    CHECK(later == 0, "after a stream in the program's own context: no context fence (%llu)", later);
+    CU_OK(cuCtxPushCurrent_v2(mine));
+    CU_OK(cuStreamDestroy_v2(theirs));
+    CU_OK(cuCtxPopCurrent_v2(&popped));
+    CU_OK(cuCtxDestroy_v2(mine));
+    for (int i = 0; i < 2; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
+static void unseen(void)
+{
+    ptest_make_pool(pool, 2);
+    cudaStream_t s = ptest_stream(cudaStreamNonBlocking);
+    CHECK(fenced_misses(0) > 0, "context fences recorded before the capture");
+    CU_OK(fakecu_stream_begin_capture_unseen((CUstream)s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    fenced_misses(1);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    CHECK(e == cudaErrorStreamCaptureInvalidated, "the unseen capture met a context event and was "
+          "invalidated (error %d): the documented limit", (int)e);
+    if (g)
+        CUDA_OK(cudaGraphDestroy(g));
+    CHECK(fenced_misses(0) == 0, "context fences stopped for good after the refusal");
+    CUDA_OK(cudaStreamDestroy(s));
+    for (int i = 0; i < 2; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "idle-pool"))
+        idle_pool(argv[2]);
+    else if (argc == 2 && !strcmp(argv[1], "capture-race"))
+        capture_race();
+    else if (argc == 2 && !strcmp(argv[1], "foreign"))
+        foreign();
+    else if (argc == 2 && !strcmp(argv[1], "unseen"))
+        unseen();
+    else {
+        fprintf(stderr, "usage: %s idle-pool context|per-stream | capture-race | foreign | unseen\n", argv[0]);
+        return 2;
+    }
+    printf("fence_context %s: passed\n", argv[1]);
+    return 0;
+}
