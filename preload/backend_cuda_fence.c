@@ -282,22 +282,35 @@ static void drop_shared_ref(shared_event *r)
     pthread_mutex_unlock(&pool_lock);
 }
 
-// A pooled event of `device` recorded on `s`, or NULL. pool_lock NOT held (taken here).
-static CUevent record_event(int device, CUstream s, unsigned *gen)
+// A pooled event of `device`, recorded on stream `s`, or when `ctx` is set for all the work of
+// that context so far (every stream: cuCtxRecordEvent); NULL on failure, *r the driver's answer.
+// pool_lock NOT held (taken here).
+static CUevent record_pooled(int device, CUstream s, CUcontext ctx, unsigned *gen, CUresult *r)
 {
     cci_driver_scope sc;
+    *r = CUDA_ERROR_NOT_INITIALIZED;
     if (cci_cuda_enter(device, &sc))
         return NULL;
+    const cci_real_driver *t = cci_real_drv();
     pthread_mutex_lock(&pool_lock);
     CUevent e = pool_get_locked(device);
     *gen = generation[device];
-    CUresult r = e ? cci_real_drv()->cuEventRecord(e, s) : CUDA_ERROR_NOT_INITIALIZED;
-    if (r != CUDA_SUCCESS && e) {
+    if (e)
+        *r = ctx ? t->cuCtxRecordEvent(ctx, e) : t->cuEventRecord(e, s);
+    if (*r != CUDA_SUCCESS && e) {
         pool_put_locked(device, e, *gen);
         e = NULL;
     }
     pthread_mutex_unlock(&pool_lock);
     cci_cuda_leave(&sc);
+    return e;
+}
+
+// A pooled event of `device` recorded on `s`, or NULL.
+static CUevent record_event(int device, CUstream s, unsigned *gen)
+{
+    CUresult r;
+    CUevent e = record_pooled(device, s, NULL, gen, &r);
     if (!e)
         cci_log(CCI_LOG_DEBUG, "device %d: recording a fence event on stream %p failed "
                 "(CUresult %d)", device, (void *)s, r);
@@ -310,19 +323,8 @@ static CUevent record_event(int device, CUstream s, unsigned *gen)
 static CUevent record_ctx_event(int device, unsigned *gen)
 {
     CUcontext c = cci_cuda_backend_primary(device, 0);
-    cci_driver_scope sc;
-    if (!c || cci_cuda_enter(device, &sc))
-        return NULL;
-    pthread_mutex_lock(&pool_lock);
-    CUevent e = pool_get_locked(device);
-    *gen = generation[device];
-    CUresult r = e ? cci_real_drv()->cuCtxRecordEvent(c, e) : CUDA_ERROR_NOT_INITIALIZED;
-    if (r != CUDA_SUCCESS && e) {
-        pool_put_locked(device, e, *gen);
-        e = NULL;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    cci_cuda_leave(&sc);
+    CUresult r = CUDA_ERROR_NOT_INITIALIZED;
+    CUevent e = c ? record_pooled(device, NULL, c, gen, &r) : NULL;
     if (r == CCI_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
         cci_context_fences_stop("the driver refused one for a capture we had not seen (that capture "
                                 "is now invalidated)", 1);
