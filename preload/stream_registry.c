@@ -360,6 +360,11 @@ size_t cci_stream_registry_live(void)
     return atomic_load_explicit(&live_streams, memory_order_relaxed);
 }
 
+size_t cci_stream_registry_nonblocking_live(void)
+{
+    return atomic_load_explicit(&nonblocking_live, memory_order_relaxed);
+}
+
 void cci_stream_registry_counts(unsigned long *created_out, unsigned long *live)
 {
     pthread_mutex_lock(&registry_lock);

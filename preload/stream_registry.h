@@ -192,6 +192,8 @@ extern _Atomic int cci__stream_registry_incomplete CCI_HIDDEN;
 /// Streams created so far (all kinds) and live now.
 /// Live streams registered now (without the lock; a moment's figure).
 size_t cci_stream_registry_live(void);
+/// Of those, the non-blocking ones (the same kind of figure).
+size_t cci_stream_registry_nonblocking_live(void);
 void cci_stream_registry_counts(unsigned long *created, unsigned long *live);
 
 /// The exit line (CCI_LOG=info): which rule the run ended under, fences recorded, host waits.

@@ -10,6 +10,8 @@
 //                 context events are recorded; MODE per-stream (CCI_CONTEXT_FENCES=0): the
 //                 streams are asked and no context event is recorded. Either way every new
 //                 owner's data is intact and the pool does not grow.
+//   one-order     8 idle streams, the legacy stream held: while an order's target is pending the
+//                 next fence wanted is waited for, not ordered (one order at a time on the GPU).
 //   capture-race  a thread captures in global mode, 20 times, while another allocates and frees
 //                 (fenced) without pause: every capture must survive, because a context event
 //                 is recorded only inside the capture gate with no capture underway.
@@ -99,6 +101,42 @@ static void idle_pool(const char *mode)
         CUDA_OK(cudaStreamDestroy(pool[i]));
 }
 
+// ---- one-order ----
+
+// 8 idle non-blocking streams (more than 4), the legacy stream held, the new owners' work queued on
+// the legacy stream too, so nothing demands the held work but a host wait: an order is refused
+// while the last one's target has not passed, so orders and host waits alternate (the host cannot
+// run ever further ahead of the GPU), and every owner's data survives.
+static void one_order(void)
+{
+    ptest_api api = ptest_get_api();
+    ptest_make_pool(pool, 8);
+    cci_stats before = ptest_stats(&api, 0);
+    struct fakecu_event_calls c0 = ptest_event_calls();
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 1));
+    for (int i = 0; i < PAIRS; i++) {
+        void *p, *q;
+        CUDA_OK(cudaMalloc(&p, N));
+        CUDA_OK(cudaMemsetAsync(p, 0xEE, N, cudaStreamLegacy));
+        CUDA_OK(cudaFree(p));
+        CUDA_OK(cudaMalloc(&q, N));
+        CUDA_OK(cudaMemsetAsync(q, 0x11, N, cudaStreamLegacy));
+        CUDA_OK(cudaFree(q));
+    }
+    CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    cci_stats after = ptest_stats(&api, 0);
+    unsigned long long orders = ptest_event_calls().ctx_waits - c0.ctx_waits;
+    unsigned long long waits = after.num_fence_waits - before.num_fence_waits;
+    printf("one-order: %d pairs, %llu context waits (orders), %llu host waits\n", PAIRS, orders, waits);
+    // (Not orders <= waits + 1: on the fake, the wait that an order queues on an idle stream
+    // demands the held work when that stream's worker reaches it, which a GPU would not do.)
+    CHECK(orders > 0 && waits > 0, "an order outstanding made the host wait instead of ordering "
+          "again: %llu orders, %llu host waits", orders, waits);
+    for (int i = 0; i < 8; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
 // ---- capture-race ----
 
 static atomic_int captures_done;
@@ -119,7 +157,11 @@ static void *capturer(void *arg)
         survived += e == cudaSuccess;
         if (g)
             CUDA_OK(cudaGraphDestroy(g));
-        ptest_sleep_ms(1);  // and between captures, where context events may be recorded
+        // Between captures, until the other thread has recorded a context event (at most 50 ms:
+        // a sanitizer build is slow), so that records and capture begins interleave.
+        unsigned long long seen = ptest_event_calls().ctx_records;
+        for (int w = 0; w < 50 && ptest_event_calls().ctx_records == seen; w++)
+            ptest_sleep_ms(1);
     }
     CHECK(survived == 20, "all 20 global-mode captures survived the other thread's fences (%d)", survived);
     CUDA_OK(cudaFree(scratch));
@@ -141,7 +183,7 @@ static void capture_race(void)
     void *keep[8] = {0};
     while (!atomic_load(&captures_done)) {
         void *p;
-        size_t size = N << (pairs % 3);  // a few sizes: misses and poor fits record fences
+        size_t size = N << (pairs % 7);  // several sizes: misses and poor fits record fences
         CUDA_OK(cudaMalloc(&p, size));
         CUDA_OK(cudaMemsetAsync(p, 1, size, cudaStreamLegacy));
         if (keep[pairs % 8])
@@ -230,6 +272,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc == 3 && !strcmp(argv[1], "idle-pool"))
         idle_pool(argv[2]);
+    else if (argc == 2 && !strcmp(argv[1], "one-order"))
+        one_order();
     else if (argc == 2 && !strcmp(argv[1], "capture-race"))
         capture_race();
     else if (argc == 2 && !strcmp(argv[1], "foreign"))
@@ -237,7 +281,7 @@ int main(int argc, char **argv)
     else if (argc == 2 && !strcmp(argv[1], "unseen"))
         unseen();
     else {
-        fprintf(stderr, "usage: %s idle-pool context|per-stream | capture-race | foreign | unseen\n", argv[0]);
+        fprintf(stderr, "usage: %s idle-pool context|per-stream | one-order | capture-race | foreign | unseen\n", argv[0]);
         return 2;
     }
     printf("fence_context %s: passed\n", argv[1]);
