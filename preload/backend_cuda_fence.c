@@ -1111,6 +1111,15 @@ static CUevent order_last;
 static unsigned order_last_gen;
 static int order_last_device;
 
+// The last order's target back to the pool (a wait took the event's state at its call, so a
+// later record of the event cannot move it).
+static void order_forget(void)
+{
+    if (order_last)
+        pool_give(order_last_device, order_last, order_last_gen);  // (a stale one is only forgotten)
+    order_last = NULL;
+}
+
 // 1 when no order is outstanding (the last one's target passed, or there was none), else 0.
 static int order_outstanding_done(void)
 {
@@ -1129,8 +1138,7 @@ static int order_outstanding_done(void)
         if (q == CCI_CUDA_ERROR_NOT_READY)
             return 0;
     }
-    pool_give(order_last_device, order_last, order_last_gen);  // (a stale one is only forgotten)
-    order_last = NULL;
+    order_forget();
     return 1;
 }
 
@@ -1141,6 +1149,8 @@ static int ctx_order_now(cuda_fence *f)
     if (!c || !cci_capture_gate_enter())
         return 0;
     int throttled = cci_stream_registry_nonblocking_live() > CCI_FENCE_ORDER_MAX_BUSY;
+    if (!throttled)
+        order_forget();  // (kept from a time with more streams)
     if ((throttled && !order_outstanding_done()) || census_busy() > CCI_FENCE_ORDER_MAX_BUSY) {
         cci_capture_gate_leave();
         return 0;
@@ -1155,7 +1165,7 @@ static int ctx_order_now(cuda_fence *f)
             r = cci_real_drv()->cuCtxWaitEvent(c, target);
             cci_cuda_leave(&sc);
         }
-        if (r == CUDA_SUCCESS) {
+        if (r == CUDA_SUCCESS && throttled) {
             order_last = target;
             order_last_gen = gen;
             order_last_device = device;
