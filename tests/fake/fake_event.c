@@ -214,20 +214,12 @@ FC_API CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
         usleep((useconds_t)strtoul(delay, NULL, 10));
     pthread_mutex_lock(&g_lock);
     struct CUevent_st *e = NULL;
+    struct dep *d = NULL;
+    size_t k = 0;
     CUresult r = ctx_event_args_locked(hCtx, hEvent, &e);
-    size_t n = 0;
     if (!r)
-        for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
-            if (t->dev == hCtx->dev && t->submitted > t->completed)
-                n++;
-    struct dep *d = !r && n ? calloc(n, sizeof *d) : NULL;
-    if (!r && n && !d)
-        r = CUDA_ERROR_OUT_OF_MEMORY;
+        r = pending_work_locked(hCtx->dev, pick_all, NULL, &d, &k);
     if (!r) {
-        size_t k = 0;
-        for (struct CUstream_st *t = g_all_streams; t && k < n; t = t->all_next)
-            if (t->dev == hCtx->dev && t->submitted > t->completed)
-                d[k++] = (struct dep){t, t->submitted};
         free(e->deps);
         e->deps = d;
         e->ndeps = k;
@@ -252,11 +244,7 @@ FC_API CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
         if (t->live && t->dev == dev)
             r = stream_wait_event_locked(t, e);
     struct device *g = &g_dev[dev];
-    size_t keep = 0;  /* the waits that have run order nothing more */
-    for (size_t i = 0; i < g->nctx_waits; i++)
-        if (g->ctx_waits[i].s->completed < g->ctx_waits[i].seq)
-            g->ctx_waits[keep++] = g->ctx_waits[i];
-    g->nctx_waits = keep;
+    prune_ctx_waits_locked(g);
     size_t more = r ? 0 : e->ndeps + (e->s != NULL);
     if (more) {
         struct dep *w = realloc(g->ctx_waits, (g->nctx_waits + more) * sizeof *w);

@@ -243,6 +243,8 @@ bool legacy_breaks_capture_locked(int dev, bool do_invalidate);
 bool unsafe_call_conflicts_locked(void);
 bool any_capture_locked(bool do_invalidate);
 bool device_capture_locked(int dev, bool do_invalidate);
+/* Drops the context waits of a device that have run (they order nothing more). */
+void prune_ctx_waits_locked(struct device *d);
 /* A new stream of dev waits for the context waits still pending (cuCtxWaitEvent). */
 CUresult stream_join_ctx_waits_locked(struct CUstream_st *s);
 CUresult stream_accepts_locked(struct CUstream_st *s);
@@ -252,6 +254,10 @@ CUresult enqueue_after_locked(struct CUstream_st *s, void (*fn)(void *), void *a
                               void (*drop)(void *), const struct dep *extra, uint64_t *seq);
 void release_locked(struct CUstream_st *s, uint64_t seq);
 void wait_seq_locked(struct CUstream_st *s, uint64_t seq);
+/* The work submitted so far and not yet run on the streams of dev selected by pick, one
+ * (stream, seq) each, in *out (calloc'd; NULL when none) and *count. */
+CUresult pending_work_locked(int dev, bool (*pick)(const struct CUstream_st *, int, const void *),
+                             const void *ctx, struct dep **out, size_t *count);
 CUresult wait_streams_locked(int dev, bool (*pick)(const struct CUstream_st *, int, const void *),
                              const void *ctx);
 bool pick_all(const struct CUstream_st *t, int dev, const void *ctx);

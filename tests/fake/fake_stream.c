@@ -225,47 +225,43 @@ bool unsafe_call_conflicts_locked(void)
     return hit;
 }
 
-/* A stream of the device captures: what cuCtxRecordEvent and cuCtxWaitEvent
- * refuse (invalidating the capture, in every capture mode: H100, session 16). */
+/* A stream of the device (dev < 0: of any device) captures. cuCtxRecordEvent and
+ * cuCtxWaitEvent refuse then (invalidating the capture, in every capture mode: H100, session 16). */
 bool device_capture_locked(int dev, bool do_invalidate)
 {
     bool hit = false;
     for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
-        if (t->live && t->dev == dev && capture_ongoing(t)) {
+        if (t->live && (dev < 0 || t->dev == dev) && capture_ongoing(t)) {
             hit = true;
             if (do_invalidate)
                 invalidate(t);
         }
     return hit;
+}
+
+void prune_ctx_waits_locked(struct device *d)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < d->nctx_waits; i++)
+        if (d->ctx_waits[i].s->completed < d->ctx_waits[i].seq)
+            d->ctx_waits[keep++] = d->ctx_waits[i];
+    d->nctx_waits = keep;
 }
 
 CUresult stream_join_ctx_waits_locked(struct CUstream_st *s)
 {
     struct device *d = &g_dev[s->dev];
-    size_t keep = 0;
+    prune_ctx_waits_locked(d);
     CUresult r = CUDA_SUCCESS;
-    for (size_t i = 0; i < d->nctx_waits; i++) {
-        struct dep w = d->ctx_waits[i];
-        if (w.s->completed >= w.seq)
-            continue;
-        d->ctx_waits[keep++] = w;
-        if (!r && w.s != s)
-            r = enqueue_after_locked(s, NULL, NULL, NULL, &w, NULL);
-    }
-    d->nctx_waits = keep;
+    for (size_t i = 0; i < d->nctx_waits && !r; i++)
+        if (d->ctx_waits[i].s != s)
+            r = enqueue_after_locked(s, NULL, NULL, NULL, &d->ctx_waits[i], NULL);
     return r;
 }
 
 bool any_capture_locked(bool do_invalidate)
 {
-    bool hit = false;
-    for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
-        if (t->live && capture_ongoing(t)) {
-            hit = true;
-            if (do_invalidate)
-                invalidate(t);
-        }
-    return hit;
+    return device_capture_locked(-1, do_invalidate);
 }
 
 /* Can new work go to s? */
@@ -381,11 +377,12 @@ void wait_seq_locked(struct CUstream_st *s, uint64_t seq)
         pthread_cond_wait(&g_progress, &g_lock);
 }
 
-/* Waits for everything submitted so far to the streams selected by pick. */
-CUresult wait_streams_locked(int dev, bool (*pick)(const struct CUstream_st *, int, const void *),
-                                    const void *ctx)
+CUresult pending_work_locked(int dev, bool (*pick)(const struct CUstream_st *, int, const void *),
+                             const void *ctx, struct dep **out, size_t *count)
 {
     size_t n = 0;
+    *out = NULL;
+    *count = 0;
     for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
         if (t->dev == dev && t->submitted > t->completed && pick(t, dev, ctx))
             n++;
@@ -398,10 +395,22 @@ CUresult wait_streams_locked(int dev, bool (*pick)(const struct CUstream_st *, i
     for (struct CUstream_st *t = g_all_streams; t && k < n; t = t->all_next)
         if (t->dev == dev && t->submitted > t->completed && pick(t, dev, ctx))
             d[k++] = (struct dep){t, t->submitted};
+    *out = d;
+    *count = k;
+    return CUDA_SUCCESS;
+}
+
+/* Waits for everything submitted so far to the streams selected by pick. */
+CUresult wait_streams_locked(int dev, bool (*pick)(const struct CUstream_st *, int, const void *),
+                                    const void *ctx)
+{
+    struct dep *d;
+    size_t k;
+    CUresult r = pending_work_locked(dev, pick, ctx, &d, &k);
     for (size_t i = 0; i < k; i++)
         wait_seq_locked(d[i].s, d[i].seq);
     free(d);
-    return CUDA_SUCCESS;
+    return r;
 }
 
 bool pick_all(const struct CUstream_st *t, int dev, const void *ctx)
