@@ -643,24 +643,31 @@ static void fence_drop_events(cuda_fence *f)
     f->n = 0;
 }
 
-// One context event per device we hold a primary context of. 0, or -1 with none left in f (the
-// caller then records legacy events instead).
-static int record_ctx_fence(cuda_fence *f)
+// One event per device we hold a primary context of: on its legacy stream, or (ctxwide) for every
+// stream of the context. 0 or -1.
+static int record_each_device(cuda_fence *f, int ctxwide)
 {
-    if (!cci_capture_gate_enter())
-        return -1;  // a capture may be underway: nothing may be recorded context-wide
     int rc = 0;
     for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++) {
         if (!cci_cuda_backend_primary(d, 0))
             continue;
         unsigned gen;
-        CUevent e = record_ctx_event(d, &gen);
+        CUevent e = ctxwide ? record_ctx_event(d, &gen) : record_event(d, CCI_CU_STREAM_LEGACY, &gen);
         if (!e || fence_push(f, e, d, gen)) {
             if (e)
                 pool_give(d, e, gen);
             rc = -1;
         }
     }
+    return rc;
+}
+
+// Context events. 0, or -1 with none left in f (the caller then records legacy events instead).
+static int record_ctx_fence(cuda_fence *f)
+{
+    if (!cci_capture_gate_enter())
+        return -1;  // a capture may be underway: nothing may be recorded context-wide
+    int rc = record_each_device(f, 1);
     cci_capture_gate_leave();
     if (rc || f->n == 0) {
         fence_drop_events(f);
@@ -669,24 +676,6 @@ static int record_ctx_fence(cuda_fence *f)
     f->ctxwide = 1;
     atomic_fetch_add_explicit(&ctx_records, 1, memory_order_relaxed);
     return 0;
-}
-
-// One event on the legacy stream of each device we hold a primary context of. 0 or -1.
-static int record_legacy_fence(cuda_fence *f)
-{
-    int rc = 0;
-    for (int d = 0; d < CCI_PL_MAX_DEVICES && rc == 0; d++) {
-        if (!cci_cuda_backend_primary(d, 0))
-            continue;
-        unsigned gen;
-        CUevent e = record_event(d, CCI_CU_STREAM_LEGACY, &gen);
-        if (!e || fence_push(f, e, d, gen)) {
-            if (e)
-                pool_give(d, e, gen);
-            rc = -1;
-        }
-    }
-    return rc;
 }
 
 static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
@@ -708,7 +697,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     // A context fence where the fence would be no barrier (a barrier needs its legacy event).
     int rc = cci_context_fences_usable() && !cci_rule_fence_is_barrier() && record_ctx_fence(f) == 0
                  ? 0
-                 : record_legacy_fence(f);
+                 : record_each_device(f, 0);
     cost_add(COST_RECORD, t0, f->n);
     if (rc != 0 || f->n == 0) {
         fence_free(f);
@@ -1128,16 +1117,8 @@ static int order_outstanding_done(void)
     pthread_mutex_lock(&pool_lock);
     int current = order_last_gen == generation[order_last_device];
     pthread_mutex_unlock(&pool_lock);
-    if (current) {
-        cci_driver_scope sc;
-        CUresult q = CUDA_ERROR_NOT_INITIALIZED;
-        if (cci_cuda_enter(order_last_device, &sc) == 0) {
-            q = cci_real_drv()->cuEventQuery(order_last);
-            cci_cuda_leave(&sc);
-        }
-        if (q == CCI_CUDA_ERROR_NOT_READY)
-            return 0;
-    }
+    if (current && event_passed(order_last, order_last_device) == 0)
+        return 0;  // (a failed question frees the slot too: the target goes back to the pool)
     order_forget();
     return 1;
 }

@@ -184,8 +184,8 @@ static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
-// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER, CCI_CONTEXT_FENCES): 0 or 1. Any other
-// value leaves it on and is kept in `bad` for start-up's warning.
+// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER, CCI_CONTEXT_FENCES):
+// 0 or 1. Any other value leaves it on and is kept in `bad` for start-up's warning.
 static int read_on_switch(const char *v, char *bad, size_t bad_size)
 {
     if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
