@@ -179,13 +179,6 @@ static void held(int legacy)
 #define FREES_PER_CAPTURE 4
 // How capture_driver begins its captures.
 enum begin_kind { BEGIN_DRIVER, BEGIN_UNSEEN, BEGIN_TO_GRAPH, BEGIN_TO_GRAPH_RUNTIME, BEGIN_V1 };
-// Whether this run has context fences (the meson tests set CCI_CONTEXT_FENCES=0 for the watcher's).
-static int context_fences(void)
-{
-    const char *v = getenv("CCI_CONTEXT_FENCES");
-    return !(v && !strcmp(v, "0"));
-}
-
 static const char *const begin_names[] = {"capture-driver", "capture-unseen", "capture-to-graph",
                                           "capture-to-graph-runtime", "capture-v1"};
 
@@ -271,7 +264,7 @@ static void capture_driver(enum begin_kind kind)
     else
         CHECK(sq == 0 && cr == 0, "a counted capture: no stream was asked and no context event recorded "
               "while it ran (%llu, %llu)", sq, cr);
-    if (context_fences())
+    if (ptest_context_fences())  // (the meson tests set CCI_CONTEXT_FENCES=0 for the watcher's)
         CHECK(cr_after > 0, "context fences were recorded once the captures had ended (%llu)", cr_after);
     else
         CHECK(sq_after > 0, "fences were looked at once the captures had ended (%llu questions)", sq_after);

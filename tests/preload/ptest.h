@@ -68,6 +68,14 @@ static inline void ptest_make_pool(cudaStream_t *pool, int n)
         pool[i] = ptest_stream(cudaStreamNonBlocking);
 }
 
+// Whether this run asked for context fences (CCI_CONTEXT_FENCES unset or not "0", as the layer
+// reads it); where the driver lacks them the layer still falls back, which the test must expect.
+static inline int ptest_context_fences(void)
+{
+    const char *v = getenv("CCI_CONTEXT_FENCES");
+    return !(v && !strcmp(v, "0"));
+}
+
 static inline void ptest_sleep_ms(long ms)
 {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};

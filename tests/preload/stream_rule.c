@@ -18,7 +18,6 @@
 #include "fake_cuda_driver.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ptest.h"
@@ -181,8 +180,7 @@ static void barrier(const ptest_api *api)
           "stream's earlier work instead (%llu stream waits)", fakecuda_ctx_sync_calls(), c.stream_waits);
     // Ordered on the GPU: by a context wait with context fences (one call whatever the streams),
     // else by a stream wait per non-blocking stream.
-    const char *cf = getenv("CCI_CONTEXT_FENCES");
-    int ctx = !(cf && !strcmp(cf, "0"));
+    int ctx = ptest_context_fences();
     d = held_pairs(api);
     fakecu_get_event_calls(&c);
     CHECK(d.num_fence_waits == 0 && (ctx ? c.ctx_waits > 0 && c.ctx_records > 0 : c.stream_waits > 0) &&
