@@ -29,8 +29,8 @@
 extern "C" {
 #endif
 
-/* 2: num_fence_records and num_fence_waits appended. */
-#define CCI_STATS_VERSION 2
+/* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended. */
+#define CCI_STATS_VERSION 3
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -69,6 +69,9 @@ typedef struct cci_stats {
     /* Version 2. Fields are only ever appended, so older callers keep their layout. */
     uint64_t num_fence_records;    /**< fences recorded for batches of fenced frees */
     uint64_t num_fence_waits;      /**< times the host waited for a fence rather than grow the pool */
+    /* Version 3. */
+    uint64_t num_fence_catch_ups;  /**< times the host waited for the GPU to reach an earlier order
+                                        before ordering a fence instead of waiting for it */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -169,11 +169,11 @@ static _Atomic unsigned last_look_busy;
 // of each happened, so that a slow run under the default mode can be put down to the waits or
 // cleared of them (CCI_LOG=info). The lazy part's driver calls are counted on their own: stream
 // questions (cuStreamQuery), sweeps recorded, and shared events (sweeps, retired) queried.
-enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_KINDS };
+enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_CATCH_UP, COST_KINDS };
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
     shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered,
-    watcher_checks, watcher_rounds, watched_answers, watcher_looks_ahead, order_skips, ctx_records, ctx_orders;
+    watcher_checks, watcher_rounds, watched_answers, watcher_looks_ahead, order_skips, ctx_records, ctx_orders, orders_behind;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
@@ -208,8 +208,9 @@ void cci_cuda_fence_log_costs(void)
             atomic_load(&shared_queries), atomic_load(&looks_put_off));
     if (atomic_load(&ctx_records) || cci_context_fences_usable())
         cci_log(CCI_LOG_INFO, "context fences (one event for every stream of a device): %llu of the "
-                "records above, %llu orders; now %s", atomic_load(&ctx_records), atomic_load(&ctx_orders),
-                cci_context_fences_state());
+                "records above, %llu orders; %llu times the host first waited for the GPU to reach "
+                "the last order, blocked %.1f ms; now %s", atomic_load(&ctx_records), atomic_load(&ctx_orders),
+                c[COST_CATCH_UP], ns[COST_CATCH_UP] / 1e6, cci_context_fences_state());
     else
         cci_log(CCI_LOG_INFO, "context fences: %s", cci_context_fences_state());
     if (atomic_load(&watcher_rounds))
@@ -1089,9 +1090,12 @@ static unsigned census_busy(void)
 
 // Where more than CCI_FENCE_ORDER_MAX_BUSY non-blocking streams live, one order at a time on the
 // GPU: the last order's target is kept, and while the GPU has not reached it the next order is
-// refused (the host then waits for the fence, which lets the GPU catch up). Without this the host
-// never waited and ran ever further ahead of the GPU: on the H100 (session 16, 21 resnet
-// processes, a fast host) 5 of 21 peaked 1.046-1.073x immediate reuse's 3626 MiB. The per-stream
+// answered CCI_ORDER_BEHIND: the core waits for that target (fence_catch_up), then orders. Without
+// a bound the host never waited and ran ever further ahead of the GPU: on the H100 (session 16,
+// 21 resnet processes, a fast host) 5 of 21 peaked 1.046-1.073x immediate reuse's 3626 MiB.
+// Session 16 refused the order instead, so the host waited for the fence the core wanted, newer
+// than the target: the GPU's queue ran dry behind each such wait (resnet 1.04-1.10x native's
+// wall time, 86-168 ms blocked a process), which can leave the GPU nothing queued. The per-stream
 // round had the same bound without saying so, and only there: after a round every stream waits
 // for its target, so until the GPU reached it more than 4 streams answered busy and the next
 // round was refused; with 4 or fewer streams nothing held it back, nor does anything here.
@@ -1132,7 +1136,11 @@ static int ctx_order_now(cuda_fence *f)
     int throttled = cci_stream_registry_nonblocking_live() > CCI_FENCE_ORDER_MAX_BUSY;
     if (!throttled)
         order_forget();  // (kept from a time with more streams)
-    if ((throttled && !order_outstanding_done()) || census_busy() > CCI_FENCE_ORDER_MAX_BUSY) {
+    if (throttled && !order_outstanding_done()) {
+        cci_capture_gate_leave();
+        return CCI_ORDER_BEHIND;  // the core waits for the last order's target (fence_catch_up)
+    }
+    if (census_busy() > CCI_FENCE_ORDER_MAX_BUSY) {
         cci_capture_gate_leave();
         return 0;
     }
@@ -1179,11 +1187,40 @@ static int fence_order(void *ctx, int device, cci_fence handle)
     unsigned long long t0 = cci_pl_now_ns();
     // The rule first: it marks that barriers were given (seq_cst) before the registry is read,
     // so a stream registered after the look below is ordered at its registration.
-    int rc = cci_rule_fence_may_order() && cci_cuda_fence_retired_done() == 1 &&
-             (f->ctxwide ? ctx_order_now(f) : order_now(f));
-    count(rc ? &orders_made : &orders_refused);
+    int rc = 0;
+    if (cci_rule_fence_may_order() && cci_cuda_fence_retired_done() == 1)
+        rc = f->ctxwide ? ctx_order_now(f) : order_now(f);
+    count(rc == 1 ? &orders_made : rc == CCI_ORDER_BEHIND ? &orders_behind : &orders_refused);
     cost_add(COST_ORDER, t0, 0);
     return rc;
+}
+
+// The core's answer to CCI_ORDER_BEHIND, with its lock dropped: the host waits for the last
+// order's target, recorded at that order, so the GPU still has the work queued since then when
+// the host goes on; a wait for the fence the core wanted (newer) would drain it. The event is
+// read inside the capture gate and waited for outside it. Given back to the pool meanwhile and
+// recorded again by another fence, it makes this wait longer, never too short; destroyed by a
+// device reset, the wait fails and the core waits for its fence instead.
+static int fence_catch_up(void *ctx, int device)
+{
+    (void)ctx;
+    (void)device;
+    unsigned long long t0 = cci_pl_now_ns();
+    if (!cci_capture_gate_enter())
+        return CCI_EBACKEND;
+    CUevent e = order_last;
+    int dev = order_last_device;
+    unsigned gen = order_last_gen;
+    cci_capture_gate_leave();
+    int current = 0;
+    if (e) {
+        pthread_mutex_lock(&pool_lock);
+        current = gen == generation[dev];
+        pthread_mutex_unlock(&pool_lock);
+    }
+    int rc = current ? event_wait(e, dev) : 0;
+    cost_add(COST_CATCH_UP, t0, current);
+    return rc == 0 ? CCI_OK : CCI_EBACKEND;
 }
 
 void cci_cuda_fence_order_new_stream(CUstream s, int device)
@@ -1262,6 +1299,7 @@ const cci_backend_fence_ops cci_cuda_fence_ops = {
     .busy = fence_busy,
     .orders = fence_orders,
     .order = fence_order,
+    .catch_up = fence_catch_up,
     .record = fence_record,
     .query = fence_query,
     .poll = fence_poll,
@@ -1353,6 +1391,7 @@ void cci_cuda_fence_atfork_child(void)
     atomic_store(&barrier_records, 0);
     atomic_store(&orders_made, 0);
     atomic_store(&orders_refused, 0);
+    atomic_store(&orders_behind, 0);
     atomic_store(&order_injections, 0);
     atomic_store(&orders_covered, 0);
     atomic_store(&ordered_upto, 0);

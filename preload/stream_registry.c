@@ -377,7 +377,7 @@ void cci_rule_log_exit(void)
 {
     if (cci_log_get_level() < CCI_LOG_INFO)
         return;
-    unsigned long long records = 0, waits = 0, syncs = 0;
+    unsigned long long records = 0, waits = 0, syncs = 0, catch_ups = 0;
     for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
         cci_allocator *a = cci_state_allocator_peek(d);
         if (!a)
@@ -386,6 +386,7 @@ void cci_rule_log_exit(void)
         cci_alloc_stats(a, &s);
         records += s.num_fence_records;
         waits += s.num_fence_waits;
+        catch_ups += s.num_fence_catch_ups;
         syncs += s.num_sync_all_streams;
     }
     unsigned long made, live;
@@ -406,9 +407,10 @@ void cci_rule_log_exit(void)
                 syncs);
     else
         cci_log(CCI_LOG_INFO, "stream rule: fenced since %s%s; %lu streams created; %llu fences "
-                "recorded, the host waited for a fence %llu times, %llu device synchronisations",
+                "recorded, the host waited for a fence %llu times and %llu times for the GPU to "
+                "reach its last order, %llu device synchronisations",
                 reason_text(why), back ? " (ordered again in between)" : "", made, records, waits,
-                syncs);
+                catch_ups, syncs);
 }
 
 void cci_stream_registry_atfork_child(void)

@@ -110,10 +110,18 @@ typedef struct cci_backend_fence_ops {
     /// CCI_FENCE_ORDER_MAX_BUSY of them, and every non-blocking stream for the legacy stream), so
     /// the blocks freed before `f` and before every older fence may go to new owners at once, as
     /// after `orders`. 0 when it cannot now (the core then waits). Like `orders`, it says
-    /// nothing about the fence having PASSED.
+    /// nothing about the fence having PASSED. CCI_ORDER_BEHIND when it could, but only after the
+    /// device has reached the backend's last order (it keeps one outstanding at a time): the core
+    /// then calls `catch_up` and asks again.
     int (*order)(void *ctx, int device, cci_fence f);
+    /// Optional (NULL: CCI_ORDER_BEHIND is taken as 0): blocks until the device has reached the
+    /// point of the backend's last `order`, a wait shorter than one for a newer fence. Never with
+    /// the allocator lock held. CCI_OK, or CCI_EBACKEND (the core then waits for the fence).
+    int (*catch_up)(void *ctx, int device);
 } cci_backend_fence_ops;
 
+/// fence_ops.order's "after a catch_up" (see there).
+#define CCI_ORDER_BEHIND 2
 /// The most busy streams the CUDA backend's order sweeps; with more it refuses and the core
 /// waits (backend_cuda_fence.c says why). Replay models the same bound (ccreplay --fenced-order).
 #define CCI_FENCE_ORDER_MAX_BUSY 4
@@ -179,8 +187,12 @@ void cci_sim_set_fence_orders(cci_sim_device *sim, int orders);
 /// Whether a wait for reuse is answered by fence_ops.order (1) instead of a wait, as the CUDA
 /// backend does when every non-blocking stream is idle; counted apart from the waits.
 void cci_sim_set_fence_order(cci_sim_device *sim, int order);
-/// Waits for reuse answered by fence_ops.order (cci_sim_set_fence_order) so far.
+/// Waits for reuse answered by fence_ops.order (cci_sim_set_fence_order) so far. With a fence
+/// width above CCI_FENCE_ORDER_MAX_BUSY the simulated backend keeps one order outstanding, as the
+/// CUDA backend does: an order is answered CCI_ORDER_BEHIND until the device has reached the last.
 uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim);
+/// fence_ops.catch_up calls that made the simulated device catch up with the last order.
+uint64_t cci_sim_fence_catch_ups(const cci_sim_device *sim);
 /// Fence queries the core made (fence_ops.query), for tests and replay.
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim);
 /// Fences recorded, waits that had to make the device catch up, fences not yet released.

@@ -42,6 +42,11 @@ struct cci_sim_fences {
     int orders;      // fences recorded now order all later work (fence_ops.orders)
     int order;       // a wait for reuse is answered by ordering instead (fence_ops.order)
     uint64_t orders_made;
+    // With more than CCI_FENCE_ORDER_MAX_BUSY streams, one order outstanding at a time, as the
+    // CUDA backend keeps: the clock value of the last order (0: none), which the device has
+    // reached once every stream has completed up to it.
+    uint64_t order_last;
+    uint64_t catch_ups;  // catch_up calls that made the device catch up with the last order
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -81,9 +86,11 @@ static sim_fence *fence_at(cci_sim_fences *f, cci_fence h)
     return h >= 1 && h <= f->nfences && f->fences[h - 1].at ? &f->fences[h - 1] : NULL;
 }
 
+static int reached(const cci_sim_fences *f, uint64_t at);
+
 static int passed(cci_sim_fences *f, const sim_fence *x)
 {
-    if (f->clock - x->at >= f->lag || f->done_all >= x->at)
+    if (reached(f, x->at))
         return 1;
     if (x->stream == CCI_STREAM_ALL)
         return 0;
@@ -188,18 +195,45 @@ static int sim_fence_orders(void *ctx, int device, cci_fence h)
     return rc;
 }
 
+// Whether the device has completed every stream up to clock value `at`. Lock held.
+static int reached(const cci_sim_fences *f, uint64_t at)
+{
+    return f->clock - at >= f->lag || f->done_all >= at;
+}
+
 // Orders instead of waiting: the device does not catch up (the host never blocked), so fences
-// recorded after stay behind it as before.
+// recorded after stay behind it as before. Where more than CCI_FENCE_ORDER_MAX_BUSY streams are
+// modelled (width), an order is refused as behind while the last one's point is not reached.
 static int sim_fence_order(void *ctx, int device, cci_fence h)
 {
     (void)device;
     cci_sim_fences *f = cci__sim_fences_of(ctx);
     pthread_mutex_lock(&f->lock);
     int rc = fence_at(f, h) ? f->order : CCI_EBACKEND;
-    if (rc == 1)
+    int bounded = f->width > CCI_FENCE_ORDER_MAX_BUSY;
+    if (rc == 1 && bounded && f->order_last && !reached(f, f->order_last))
+        rc = CCI_ORDER_BEHIND;
+    if (rc == 1) {
         f->orders_made++;
+        // (An order's point is the work queued so far; a record advances the clock past it.)
+        f->order_last = bounded ? f->clock : 0;
+    }
     pthread_mutex_unlock(&f->lock);
     return rc;
+}
+
+// The device catches up with the last order's point, as a host wait for it would end there.
+static int sim_fence_catch_up(void *ctx, int device)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    if (f->order_last && !reached(f, f->order_last)) {
+        f->catch_ups++;
+        f->done_all = f->order_last;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return CCI_OK;
 }
 
 static void sim_fence_release(void *ctx, int device, cci_fence h)
@@ -226,6 +260,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .busy = sim_fence_busy,
     .orders = sim_fence_orders,
     .order = sim_fence_order,
+    .catch_up = sim_fence_catch_up,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -263,6 +298,11 @@ static uint64_t counter_under_lock(const cci_sim_device *sim, size_t offset)
 uint64_t cci_sim_fence_orders_made(const cci_sim_device *sim)
 {
     return counter_under_lock(sim, offsetof(cci_sim_fences, orders_made));
+}
+
+uint64_t cci_sim_fence_catch_ups(const cci_sim_device *sim)
+{
+    return counter_under_lock(sim, offsetof(cci_sim_fences, catch_ups));
 }
 
 uint64_t cci_sim_fence_queries(const cci_sim_device *sim)

@@ -219,9 +219,29 @@ static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
 // 1 when it did.
 static int order_batch(cci_allocator *a, cci_fence_batch *fb)
 {
-    if (!a->fences->order || a->fences->order(a->be.ctx, a->device, fb->fence) != 1)
+    if (!a->fences->order)
         return 0;
-    return settle_upto(a, fb, 1);
+    int r = a->fences->order(a->be.ctx, a->device, fb->fence);
+    if (r == CCI_ORDER_BEHIND && a->fences->catch_up) {
+        // The device has not reached the backend's last order yet (it keeps one outstanding, so
+        // that the host cannot run ever further ahead of the GPU). Waiting for that older point,
+        // not for fb's newer fence, leaves the GPU the work queued since, so it never runs dry
+        // behind the host's wait; then fb is ordered. The lock is dropped as for any wait.
+        fb->waiters++;
+        a->st.num_fence_catch_ups++;
+        cci__unlock(a);
+        int rc = a->fences->catch_up(a->be.ctx, a->device);
+        cci__lock(a);
+        fb->waiters--;
+        if (fb->completed) {  // another thread dealt with it while the lock was dropped
+            if (!fb->waiters)
+                forget_batch(a, fb);
+            return 1;
+        }
+        // (Another thread may have ordered in between: then fb is covered, or behind again.)
+        r = rc == CCI_OK ? a->fences->order(a->be.ctx, a->device, fb->fence) : 0;
+    }
+    return r == 1 ? settle_upto(a, fb, 1) : 0;
 }
 
 // A pending batch wanted for reuse: ordered if the backend can, else waited for.

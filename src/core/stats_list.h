@@ -34,7 +34,8 @@
     X(num_device_alloc, 1)                                                                         \
     X(num_device_free, 1)                                                                          \
     X(num_fence_records, 0)                                                                        \
-    X(num_fence_waits, 0)
+    X(num_fence_waits, 0)                                                                          \
+    X(num_fence_catch_ups, 0)
 
 /// Figures taken when the copy is made, not counted (uint64_t): max_split_size,
 /// largest_free_block, device_capacity. Reports print them where they belong.

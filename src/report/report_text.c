@@ -268,10 +268,16 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
                        d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h)
                                                 : "unknown");
         // Only programs that used fenced frees get the line, so every other report reads as before.
-        if (d->stats.num_fence_records)
-            cci__sb_printf(b, "Fenced frees: %llu fence%s recorded, the host waited for %llu\n",
+        if (d->stats.num_fence_records) {
+            cci__sb_printf(b, "Fenced frees: %llu fence%s recorded, the host waited for %llu",
                            (unsigned long long)d->stats.num_fence_records, d->stats.num_fence_records == 1 ? "" : "s",
                            (unsigned long long)d->stats.num_fence_waits);
+            if (d->stats.num_fence_catch_ups)  // (backends that keep one order outstanding)
+                cci__sb_printf(b, " and %llu time%s for the GPU to reach its last order",
+                               (unsigned long long)d->stats.num_fence_catch_ups,
+                               d->stats.num_fence_catch_ups == 1 ? "" : "s");
+            cci__sb_printf(b, "\n");
+        }
         fragmentation(b, d);
         cci__vmm_text(b, d);
         cci__whatif_text(b, d);

@@ -99,11 +99,12 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
     if (o->fenced)
         printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"fence_busy\": %u, \"num_fence_records\": %llu, "
                "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, "
-               "\"fence_order\": %s, \"num_fence_orders\": %llu, ",
+               "\"fence_order\": %s, \"num_fence_orders\": %llu, \"num_fence_catch_ups\": %llu, ",
                (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1, o->fence_busy,
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
                (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries,
-               o->fence_order ? "true" : "false", (unsigned long long)r->num_fence_orders);
+               o->fence_order ? "true" : "false", (unsigned long long)r->num_fence_orders,
+               (unsigned long long)r->num_fence_catch_ups);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode)
         printf("\"vmm_calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, \"unmaps\": %llu, "
@@ -155,8 +156,9 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_queries,
                (unsigned long long)r->num_fence_waits, (unsigned long long)r->num_blocking_waits);
     if (o->fence_order)
-        printf("orders              %llu waits answered by ordering the streams instead\n",
-               (unsigned long long)r->num_fence_orders);
+        printf("orders              %llu waits answered by ordering the streams instead (%llu after the "
+               "host waited for the last order)\n",
+               (unsigned long long)r->num_fence_orders, (unsigned long long)r->num_fence_catch_ups);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode) {
         // The calls a GPU run makes for the same requests, and what they cost there.

@@ -271,6 +271,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         res->num_blocking_waits += blocking;
         res->num_fence_queries += cci_sim_fence_queries(sims[d]);
         res->num_fence_orders += cci_sim_fence_orders_made(sims[d]);
+        res->num_fence_catch_ups += cci_sim_fence_catch_ups(sims[d]);
         cci_vmm_counts vc;
         if (cci_alloc_vmm_counts(allocs[d], &vc) == 0)
             vmm_counts_add(&res->vmm, &vc);

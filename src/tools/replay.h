@@ -29,6 +29,7 @@ typedef struct cci_replay_result {
                                  ///< passed: the ones that would stall a real host
     uint64_t num_fence_queries;  ///< fence queries the allocators made (summed over devices)
     uint64_t num_fence_orders;   ///< waits answered by ordering instead (--fenced-order)
+    uint64_t num_fence_catch_ups; ///< of those, orders the host first waited for the last one for
     cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
                                  ///< the run's own, the allocators' teardown left out
 } cci_replay_result;

@@ -169,6 +169,42 @@ static void test_order_instead_of_wait(void)
     }
 }
 
+// With more streams than an order may hold back (width above CCI_FENCE_ORDER_MAX_BUSY), the
+// backend keeps one order outstanding: the second order, asked while the device has not reached
+// the first, is answered CCI_ORDER_BEHIND. The host then waits for the first order's point only
+// (catch_up), not for the wanted batch's own fence, and orders that batch: reused, no fence wait,
+// and a younger batch's fence still pending (the device caught up no further).
+static void test_order_catch_up(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_sim_set_fence_order(f.sim, 1);
+    cci_sim_set_fence_width(f.sim, CCI_FENCE_ORDER_MAX_BUSY + 4);
+    uintptr_t a = must_alloc(&f, BIG, 0), b = must_alloc(&f, BIG, 0), c = must_alloc(&f, BIG, 0);
+    CHECK(cci_free(f.a, a, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free a");
+    uintptr_t x = must_alloc(&f, 2 * BIG, 0);  // a miss a cannot serve: closes a's batch
+    uintptr_t r1 = must_alloc(&f, BIG, 0);     // wants a's batch: the first order
+    CHECK(r1 == a, "a reused behind the first order");
+    CHECK_EQ_U(cci_sim_fence_orders_made(f.sim), 1, "one order");
+    CHECK_EQ_U(stats(&f)->num_fence_catch_ups, 0, "no catch-up before the first order");
+    CHECK(cci_free(f.a, b, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free b");
+    uintptr_t y = must_alloc(&f, 2 * BIG, 0);  // closes b's batch
+    CHECK(cci_free(f.a, c, 0, CCI_FREE_FENCED) == CCI_OK, "fenced free c (open batch)");
+    uint64_t segs = stats(&f)->num_device_alloc;
+    uintptr_t r2 = must_alloc(&f, BIG, 0);  // wants b's batch while the first order is outstanding
+    CHECK(r2 == b, "b reused behind the second order");
+    CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+    CHECK_EQ_U(f.st.num_fence_catch_ups, 1, "after one wait for the first order's point");
+    CHECK_EQ_U(cci_sim_fence_catch_ups(f.sim), 1, "(which the device had not reached)");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and no wait for b's own fence");
+    CHECK_EQ_U(sim_waits(&f), 0, "(no fence waited for at all)");
+    CHECK_EQ_U(cci_sim_fence_orders_made(f.sim), 2, "two orders");
+    CHECK_EQ_U(block_state(&f, c), 2, "c (recorded later) still waits");
+    for (uintptr_t blocks[] = {x, y, r1, r2}, *i = blocks; i < blocks + 4; i++)
+        CHECK(cci_free(f.a, *i, 0, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
 static void test_burst_one_fence(void)
 {
     fixture f;
@@ -326,6 +362,7 @@ int main(void)
     test_reuse_only_after_fence();
     test_ordering_fences();
     test_order_instead_of_wait();
+    test_order_catch_up();
     test_burst_one_fence();
     test_wait_for_oldest_sufficient();
     test_poor_fit_spare();
