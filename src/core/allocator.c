@@ -642,6 +642,18 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
     return c ? c : take_free_block(a, rounded, small, stream);
 }
 
+// Whether the best free block (fit bytes) is a poor fit for the request while fenced frees wait
+// (allocator_impl.h: FENCED_FIT_NUM, FENCED_NEAR_FIT_NUM say when, and why).
+static int poor_fit_while_fenced(cci_allocator *a, size_t fit, size_t rounded)
+{
+    if (fit * FENCED_FIT_DEN >= FENCED_FIT_NUM * rounded)
+        return 1;
+    if (fit * FENCED_NEAR_FIT_DEN < FENCED_NEAR_FIT_NUM * rounded)
+        return 0;  // as good as exact
+    unsigned width = a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
+    return width > FENCED_FIT_HARVEST_MAX_WIDTH && a->fences->busy && a->fences->busy(a->be.ctx, a->device) == 0;
+}
+
 // The locked allocation (everything but the thread cache's hit). Out of line, so that the
 // cached path of cci_malloc saves none of the registers this one needs (issue 15: ~50
 // instructions a pair when both entry points carried the locked paths' frames). `skipped`: the
@@ -680,7 +692,7 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
         cci__tc_fitting(a, stream, small, rounded, fit, 1);
         b = take_free_block(a, rounded, small, stream);
     }
-    if (b && a->fenced_count && b->size * FENCED_FIT_DEN >= FENCED_FIT_NUM * rounded)
+    if (b && a->fenced_count && poor_fit_while_fenced(a, b->size, rounded))
         b = better_fit_after_fences(a, b, rounded, small, stream);
     if (!b && a->fenced_count)
         b = take_after_fences(a, rounded, small, stream);

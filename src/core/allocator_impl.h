@@ -34,6 +34,18 @@
 #ifndef FENCED_FIT_DEN
 #define FENCED_FIT_DEN 2
 #endif
+// ... and where a fence is dear and every side stream idle (the backend's `busy` is 0: a pending
+// block is then had by an order, or by a wait behind the device's ordered work only), any fit
+// above FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one. On the H100
+// (session 17, resnet with PyTorch's 32 idle pool streams) 13 processes of 13 then peaked at
+// 3622 MiB, immediate reuse's figure, against 17 of 24 with 3/2 (the others 3696-3794 MiB), at
+// the same wall time within the host's noise. Elsewhere (DDP: NCCL's streams busy) 3/2 holds.
+#ifndef FENCED_NEAR_FIT_NUM
+#define FENCED_NEAR_FIT_NUM 101
+#endif
+#ifndef FENCED_NEAR_FIT_DEN
+#define FENCED_NEAR_FIT_DEN 100
+#endif
 // ... and of the pending blocks, those of the newest batches (recorded within the last
 // FENCED_FIT_SPARE * FENCE_TICK allocations) are not waited for on a poor fit: the device has
 // likely not reached them, and stalling the host behind another stream's work (NCCL's, under DDP)

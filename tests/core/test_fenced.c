@@ -304,6 +304,40 @@ static void test_poor_fit_spare(void)
     poor_fit_case(1);
 }
 
+// A near fit (a free block 1.2 times the request, not poor by FENCED_FIT_NUM) beside a pending
+// block of the exact size: only where a fence is dear and every side stream idle does the
+// allocation take the pending block (FENCED_NEAR_FIT_NUM); a cheap fence or a busy side stream
+// keeps the near fit, as before.
+static void near_fit_case(unsigned width, unsigned busy, int takes_pending)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_sim_set_fence_width(f.sim, width);
+    cci_sim_set_fence_busy(f.sim, busy);
+    uintptr_t near = must_alloc(&f, 24 * MiB, 0), a = must_alloc(&f, BIG, 0);
+    CHECK(cci_free(f.a, near, 0, CCI_FREE_NOW) == CCI_OK, "the near fit is free at once");
+    cci_free(f.a, a, 0, CCI_FREE_FENCED);
+    uintptr_t x = must_alloc(&f, 4 * BIG, 0);  // a miss nothing could hold: a's batch gets its fence
+    uintptr_t r = must_alloc(&f, BIG, 0);
+    if (takes_pending) {
+        CHECK(r == a, "width %u, busy %u: the exact pending block, not the near fit", width, busy);
+        CHECK_EQ_U(block_state(&f, near), 0, "the near fit stays whole and free");
+    } else {
+        CHECK(r == near, "width %u, busy %u: the near fit is taken", width, busy);
+        CHECK_EQ_U(block_state(&f, a), 2, "and the pending block still waits");
+    }
+    CHECK_EQ_U(stats(&f)->num_fence_waits, takes_pending ? 1 : 0, "a host wait only for the exact block");
+    CHECK(cci_free(f.a, x, 0, CCI_FREE_NOW) == CCI_OK && cci_free(f.a, r, 0, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
+static void test_near_fit(void)
+{
+    near_fit_case(32, 0, 1);
+    near_fit_case(32, 1, 0);
+    near_fit_case(1, 0, 0);
+}
+
 static void test_oom_ladder(void)
 {
     fixture f;
@@ -366,6 +400,7 @@ int main(void)
     test_burst_one_fence();
     test_wait_for_oldest_sufficient();
     test_poor_fit_spare();
+    test_near_fit();
     test_oom_ladder();
     test_without_fences();
     return t_finish();
