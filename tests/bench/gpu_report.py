@@ -177,7 +177,7 @@ def check(out):
     # x alloc: peak reserved over the peak allocated bytes the same allocator saw (ours: every
     # cudaMalloc of the process, cuBLAS/cuDNN workspaces included; PyTorch: its own tensors).
     print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'peak max':>10}{'x native':>10}{'x alloc':>9}"
-          f"{'seconds':>10}{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6}")
+          f"{'seconds':>10}{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6} {'catch-ups':>9}")
     for w in workloads:
         runs = {c: load_rounds(out, f"torch-{w}-{c}", "workload") for c in configs}
         native = runs.get("native") or load_rounds(out, f"torch-{w}-native", "workload")
@@ -227,7 +227,8 @@ def check(out):
                   f"  {f(sums[0] if len(sums) == 1 else None, '.6f'):>22}  {'yes' if match else 'NO':<5}"
                   f"  {f(counter('num_sync_all_streams'), '.0f'):>6}"
                   f" {f(counter('num_fence_records'), '.0f'):>7}"
-                  f" {f(counter('num_fence_waits'), '.0f'):>6}")
+                  f" {f(counter('num_fence_waits'), '.0f'):>6}"
+                  f" {f(counter('num_fence_catch_ups'), '.0f'):>9}")
     if times:
         print()
         print(f"Wall time over {nrounds} round(s), every configuration once per round, the order rotated "

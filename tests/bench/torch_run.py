@@ -33,13 +33,14 @@ class Stat(ctypes.Structure):
 
 
 POOLS = 3  # all, small, large
-# The layout of cci_stats in include/ccinterpose.h, version 2. The library copies only as many
+# The layout of cci_stats in include/ccinterpose.h, version 3. The library copies only as many
 # bytes as both sides know, so an older or newer library cannot write past this struct.
 _ARRAYS = ["allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
            "active_bytes", "inactive_split_bytes", "requested_bytes"]
 _COUNTERS = ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
              "max_split_size", "largest_free_block", "device_capacity",
-             "num_fence_records", "num_fence_waits"]  # version 2
+             "num_fence_records", "num_fence_waits",  # version 2
+             "num_fence_catch_ups"]  # version 3
 
 
 class Stats(ctypes.Structure):
@@ -56,7 +57,7 @@ def cci_figures(device, reports):
     except AttributeError:
         return None
     get.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
-    s = Stats(size=ctypes.sizeof(Stats), version=2)
+    s = Stats(size=ctypes.sizeof(Stats), version=3)
     if get(device, ctypes.byref(s)) != 0:
         return {"active": False}
     mib = 1 << 20
@@ -71,6 +72,8 @@ def cci_figures(device, reports):
         "num_sync_all_streams": s.num_sync_all_streams,
         "num_fence_records": s.num_fence_records,
         "num_fence_waits": s.num_fence_waits,
+        # (0 from a library of version 2, which copies only what it knows)
+        "num_fence_catch_ups": s.num_fence_catch_ups,
     }
     if reports:
         lib.cci_dump_report.argtypes = [ctypes.c_char_p]
