@@ -36,10 +36,11 @@
 #endif
 // ... and where a fence is dear and every side stream idle (the backend's `busy` is 0: a pending
 // block is then had by an order, or by a wait behind the device's ordered work only), any fit
-// above FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one. On the H100
-// (session 17, resnet with PyTorch's 32 idle pool streams) 13 processes of 13 then peaked at
-// 3622 MiB, immediate reuse's figure, against 17 of 24 with 3/2 (the others 3696-3794 MiB), at
-// the same wall time within the host's noise. Elsewhere (DDP: NCCL's streams busy) 3/2 holds.
+// above FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one: immediate
+// reuse would have taken the exact block just freed, and near fits let the layout drift. On the
+// H100 (session 17, resnet with PyTorch's 32 idle pool streams) 39 processes of 39 then peaked at
+// immediate reuse's 3622 MiB, against 15 of 24 with 3/2 alone (the others 3696-3794 MiB), at the
+// same wall time within the host's noise. Elsewhere (DDP: NCCL's streams busy) 3/2 holds.
 #ifndef FENCED_NEAR_FIT_NUM
 #define FENCED_NEAR_FIT_NUM 101
 #endif
