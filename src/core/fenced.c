@@ -193,22 +193,33 @@ static int settle_upto(cci_allocator *a, cci_fence_batch *fb, int ok)
     }
 }
 
+// One blocking backend call for fb with the lock dropped: a wait for fb's fence, or a catch-up
+// with the backend's last order (`catch_up`). fb is held by its waiter count meanwhile. 1 when
+// another thread dealt with fb in the meantime (its record is then forgotten here if this was the
+// last waiter, and the caller has nothing left to do); else 0, with the call's result in *rc.
+static int blocking_call(cci_allocator *a, cci_fence_batch *fb, int catch_up, int *rc)
+{
+    fb->waiters++;
+    cci__unlock(a);
+    *rc = catch_up ? a->fences->catch_up(a->be.ctx, a->device) : a->fences->wait(a->be.ctx, a->device, fb->fence);
+    cci__lock(a);
+    fb->waiters--;
+    if (!fb->completed)
+        return 0;
+    if (!fb->waiters)
+        forget_batch(a, fb);
+    return 1;
+}
+
 // Waits for fb's fence with the lock dropped, then makes it and every older batch reusable (they
 // have passed too: fences pass in record order). 1 when it did; 0 when the wait failed, and those
 // batches' blocks then wait for a device synchronisation instead.
 static int wait_batch(cci_allocator *a, cci_fence_batch *fb)
 {
-    fb->waiters++;
+    int rc;
     a->st.num_fence_waits++;
-    cci__unlock(a);
-    int rc = a->fences->wait(a->be.ctx, a->device, fb->fence);
-    cci__lock(a);
-    fb->waiters--;
-    if (fb->completed) {  // another thread dealt with it while the lock was dropped
-        if (!fb->waiters)
-            forget_batch(a, fb);
+    if (blocking_call(a, fb, 0, &rc))
         return 1;
-    }
     return settle_upto(a, fb, rc == CCI_OK);
 }
 
@@ -225,19 +236,12 @@ static int order_batch(cci_allocator *a, cci_fence_batch *fb)
     if (r == CCI_ORDER_BEHIND && a->fences->catch_up) {
         // The device has not reached the backend's last order yet (it keeps one outstanding, so
         // that the host cannot run ever further ahead of the GPU). Waiting for that older point,
-        // not for fb's newer fence, leaves the GPU the work queued since, so it never runs dry
-        // behind the host's wait; then fb is ordered. The lock is dropped as for any wait.
-        fb->waiters++;
+        // not for fb's newer fence, leaves the GPU the work queued since, so it does not run dry
+        // behind the host's wait; then fb is ordered.
+        int rc;
         a->st.num_fence_catch_ups++;
-        cci__unlock(a);
-        int rc = a->fences->catch_up(a->be.ctx, a->device);
-        cci__lock(a);
-        fb->waiters--;
-        if (fb->completed) {  // another thread dealt with it while the lock was dropped
-            if (!fb->waiters)
-                forget_batch(a, fb);
+        if (blocking_call(a, fb, 1, &rc))
             return 1;
-        }
         // (Another thread may have ordered in between: then fb is covered, or behind again.)
         r = rc == CCI_OK ? a->fences->order(a->be.ctx, a->device, fb->fence) : 0;
     }
