@@ -219,12 +219,13 @@ void cci_cuda_fence_log_costs(void)
                 "fence questions of the program's threads answered from them without a driver call",
                 atomic_load(&watcher_rounds), atomic_load(&watcher_checks), atomic_load(&watcher_looks_ahead),
                 atomic_load(&watched_answers));
-    if (atomic_load(&orders_made) || atomic_load(&orders_refused))
+    if (atomic_load(&orders_made) || atomic_load(&orders_refused) || atomic_load(&orders_behind))
         cci_log(CCI_LOG_INFO, "fences ordered on the GPU instead of waited for: %llu rounds, %llu "
                 "more covered by an earlier round (%llu stream waits queued, %.1f ms; %llu streams "
-                "not asked, found idle since); %llu refused (the host waited)", atomic_load(&orders_made),
+                "not asked, found idle since); %llu refused (the host waited); %llu answered behind "
+                "the last order (the host waited for it, then asked again)", atomic_load(&orders_made),
                 atomic_load(&orders_covered), atomic_load(&order_injections), ns[COST_ORDER] / 1e6,
-                atomic_load(&order_skips), atomic_load(&orders_refused));
+                atomic_load(&order_skips), atomic_load(&orders_refused), atomic_load(&orders_behind));
 }
 
 static int have_events(const cci_real_driver *t)
@@ -1094,8 +1095,8 @@ static unsigned census_busy(void)
 // a bound the host never waited and ran ever further ahead of the GPU: on the H100 (session 16,
 // 21 resnet processes, a fast host) 5 of 21 peaked 1.046-1.073x immediate reuse's 3626 MiB.
 // Session 16 refused the order instead, so the host waited for the fence the core wanted, newer
-// than the target: the GPU's queue ran dry behind each such wait (resnet 1.04-1.10x native's
-// wall time, 86-168 ms blocked a process), which can leave the GPU nothing queued. The per-stream
+// than the target, which can leave the GPU nothing queued: resnet read 1.10x native's wall time
+// that way and 1.00x with the catch-up, in the same 11 rounds on the H100 (session 17). The per-stream
 // round had the same bound without saying so, and only there: after a round every stream waits
 // for its target, so until the GPU reached it more than 4 streams answered busy and the next
 // round was refused; with 4 or fewer streams nothing held it back, nor does anything here.
