@@ -596,6 +596,19 @@ static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, 
     return b;
 }
 
+// The stream events one fence costs now (fence_ops.width; 1 when the backend does not say).
+static unsigned fence_width(cci_allocator *a)
+{
+    return a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
+}
+
+// Whether every side stream a fence covers was idle when the backend last looked (fence_ops.busy
+// says 0; unknown counts as busy).
+static int side_streams_idle(cci_allocator *a)
+{
+    return a->fences->busy && a->fences->busy(a->be.ctx, a->device) == 0;
+}
+
 // The best free block is well larger than the request (FENCED_FIT_NUM / FENCED_FIT_DEN times or
 // more) while fenced frees wait: immediate reuse would have handed out one of those (the
 // program's pattern is "free a tensor, allocate its like"), and splitting a large block instead
@@ -609,8 +622,7 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
                                                                    size_t rounded, int small, uint64_t stream)
 {
     cci_block *c = NULL;
-    unsigned width = a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
-    int cheap = width <= FENCED_FIT_HARVEST_MAX_WIDTH;
+    int cheap = fence_width(a) <= FENCED_FIT_HARVEST_MAX_WIDTH;
     // Where a question is dear (many streams to look at) and no pending block could make a closer
     // fit, the answer cannot help this request, only later ones (every passed batch reusable at
     // once): it is asked in passing, which the backend may put off, and nothing is waited for.
@@ -635,7 +647,7 @@ static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocato
     // against 3626 for immediate reuse); waiting for them held it at 3720, for 48 ms more of
     // blocking a process. Where a fence is cheap the harvest already reaches the newest frees.
     unsigned spare = FENCED_FIT_SPARE;
-    if (!cheap && a->fences->busy && a->fences->busy(a->be.ctx, a->device) == 0)
+    if (!cheap && side_streams_idle(a))
         spare = 0;
     while (!c && ask == CCI_ASK_IN_FULL && cci__fenced_wait_for(a, rounded, small, stream, spare))
         c = take_free_block(a, rounded, small, stream);
@@ -650,8 +662,7 @@ static int poor_fit_while_fenced(cci_allocator *a, size_t fit, size_t rounded)
         return 1;
     if (fit * FENCED_NEAR_FIT_DEN < FENCED_NEAR_FIT_NUM * rounded)
         return 0;  // as good as exact
-    unsigned width = a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
-    return width > FENCED_FIT_HARVEST_MAX_WIDTH && a->fences->busy && a->fences->busy(a->be.ctx, a->device) == 0;
+    return fence_width(a) > FENCED_FIT_HARVEST_MAX_WIDTH && side_streams_idle(a);
 }
 
 // The locked allocation (everything but the thread cache's hit). Out of line, so that the
