@@ -1114,15 +1114,22 @@ static void order_forget(void)
     order_last = NULL;
 }
 
+// 1 when an order's target of `device` taken at generation `gen` is still that device's event
+// (no device reset since, which forgets the pool's events), else 0.
+static int order_target_current(int device, unsigned gen)
+{
+    pthread_mutex_lock(&pool_lock);
+    int current = gen == generation[device];
+    pthread_mutex_unlock(&pool_lock);
+    return current;
+}
+
 // 1 when no order is outstanding (the last one's target passed, or there was none), else 0.
 static int order_outstanding_done(void)
 {
     if (!order_last)
         return 1;
-    pthread_mutex_lock(&pool_lock);
-    int current = order_last_gen == generation[order_last_device];
-    pthread_mutex_unlock(&pool_lock);
-    if (current && event_passed(order_last, order_last_device) == 0)
+    if (order_target_current(order_last_device, order_last_gen) && event_passed(order_last, order_last_device) == 0)
         return 0;  // (a failed question frees the slot too: the target goes back to the pool)
     order_forget();
     return 1;
@@ -1213,12 +1220,7 @@ static int fence_catch_up(void *ctx, int device)
     int dev = order_last_device;
     unsigned gen = order_last_gen;
     cci_capture_gate_leave();
-    int current = 0;
-    if (e) {
-        pthread_mutex_lock(&pool_lock);
-        current = gen == generation[dev];
-        pthread_mutex_unlock(&pool_lock);
-    }
+    int current = e && order_target_current(dev, gen);
     int rc = current ? event_wait(e, dev) : 0;
     cost_add(COST_CATCH_UP, t0, current);
     return rc == 0 ? CCI_OK : CCI_EBACKEND;
