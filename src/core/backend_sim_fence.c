@@ -86,7 +86,11 @@ static sim_fence *fence_at(cci_sim_fences *f, cci_fence h)
     return h >= 1 && h <= f->nfences && f->fences[h - 1].at ? &f->fences[h - 1] : NULL;
 }
 
-static int reached(const cci_sim_fences *f, uint64_t at);
+// Whether the device has completed every stream up to clock value `at`. Lock held.
+static int reached(const cci_sim_fences *f, uint64_t at)
+{
+    return f->clock - at >= f->lag || f->done_all >= at;
+}
 
 static int passed(cci_sim_fences *f, const sim_fence *x)
 {
@@ -193,12 +197,6 @@ static int sim_fence_orders(void *ctx, int device, cci_fence h)
     int rc = x ? x->orders : CCI_EBACKEND;
     pthread_mutex_unlock(&f->lock);
     return rc;
-}
-
-// Whether the device has completed every stream up to clock value `at`. Lock held.
-static int reached(const cci_sim_fences *f, uint64_t at)
-{
-    return f->clock - at >= f->lag || f->done_all >= at;
 }
 
 // Orders instead of waiting: the device does not catch up (the host never blocked), so fences
