@@ -173,7 +173,8 @@ enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_CATCH_UP, COST_KINDS
 static _Atomic unsigned long long cost_calls[COST_KINDS], cost_events[COST_KINDS], cost_ns[COST_KINDS];
 static _Atomic unsigned long long stream_checks, stream_idle_answers, sweeps_recorded,
     shared_queries, looks_put_off, barrier_records, orders_made, orders_refused, order_injections, orders_covered,
-    watcher_checks, watcher_rounds, watched_answers, watcher_looks_ahead, order_skips, ctx_records, ctx_orders, orders_behind;
+    watcher_checks, watcher_rounds, watched_answers, watcher_looks_ahead, order_skips, ctx_records, ctx_orders,
+    orders_behind;
 
 static void cost_add(int kind, unsigned long long since, size_t events)
 {
