@@ -12,20 +12,24 @@
 
 #include "backend_cuda.h"
 #include "callsites.h"
+#include "captures.h"
 #include "context_fences.h"
+#include "fence.h"
 #include "fence_watcher.h"
 #include "intercept_runtime.h"
-#include "backend_cuda_fence.h"
-#include "backend_cuda_vmm.h"
 #include "levels.h"
 #include "log.h"
+#include "observers.h"
 #include "real.h"
 #include "reporting.h"
 #include "settings.h"
+#include "start.h"
 #include "state.h"
 #include "stream_registry.h"
+#include "stream_rule.h"
 #include "streams.h"
 #include "trace_record.h"
+#include "vmm.h"
 
 // ---- load ---------------------------------------------------------------------------------
 
@@ -76,6 +80,7 @@ static void fork_child(void)
     cci_cuda_backend_atfork_child();
     cci_streams_atfork_child();
     cci_stream_registry_atfork_child();
+    cci_rule_atfork_child();
     cci_cuda_fence_atfork_child();
     cci_fence_watcher_atfork_child();
     cci_pl_report_atfork_child();
@@ -123,6 +128,14 @@ static void start(void)
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);
+        // Observers attach before the mode is published, so every allocator has them from its
+        // first allocation: the timeline and call sites first, then the trace (state.c adds the
+        // address map last).
+        cci_serve_observe_allocators(cci_pl_report_attach);
+        cci_serve_observe_allocators(cci_pl_trace_attach);
+        cci_serve_observe_oom(cci_pl_report_oom);
+        if (cci__stacks_depth)
+            cci_serve_observe_allocations(cci__callsites_record);
         cci_trace_set_rank(s->rank);
         if (s->trace_too_long)
             cci_log(CCI_LOG_ERROR, "CCI_TRACE is longer than %zu bytes; not recording", sizeof s->trace_pattern - 1);
@@ -132,7 +145,7 @@ static void start(void)
     cci__state_publish_mode(mode);
 }
 
-void cci_lifecycle_init(void)
+void cci_preload_start(void)
 {
     pthread_once(&start_once, start);
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The stream registry and the reuse rule (stream_registry.h states and argues the rule).
-#include "stream_registry.h"
+// The reuse rule (stream_rule.h states and argues it). The flags the fences need are pushed down
+// into the stream registry (cuda/stream_registry.h); the fences never ask the rule.
+#include "stream_rule.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -8,19 +9,15 @@
 
 #include "allocator.h"
 #include "backend_cuda.h"
-#include "backend_cuda_fence.h"
-#include "context_fences.h"
+#include "captures.h"
+#include "fence.h"
 #include "log.h"
 #include "settings.h"
 #include "state.h"
-#include "streams.h"
 
 _Atomic int cci__rule_fenced;
 _Thread_local int cci__rule_thread_seen __attribute__((tls_model("initial-exec")));
 _Atomic int cci__rule_first_device = -1;
-_Atomic int cci__stream_registry_incomplete;
-
-_Atomic int cci__rule_may_return;
 
 static _Atomic int threads_seen;
 static _Atomic int reason;  // cci_rule_reason of the current fenced spell (ORDERED: none)
@@ -30,13 +27,6 @@ static _Atomic unsigned lasting;
 // Beyond the legacy stream's implicit synchronisation: a second device, peer access, a capture.
 #define UNORDERED_BY_LEGACY ((1u << CCI_RULE_SECOND_DEVICE) | (1u << CCI_RULE_PEER_ACCESS) | \
                              (1u << CCI_RULE_CAPTURE))
-// THE BARRIER (stream_registry.h): a fence record asked whether it is a barrier, so blocks may
-// have been handed out with old work still queued. Set before the answer is known (the order
-// sync_after_barriers relies on), so also by a record that was none: at worst one needless
-// synchronisation per later non-blocking creation. Stays set. Non-blocking creations in flight.
-static _Atomic int barriers_granted;
-static _Atomic int nonblocking_creating;
-static _Atomic size_t nonblocking_live;  // live non-blocking streams in the registry
 // Serialises the switch: a second caller must not go on (and create its stream) before the
 // first caller's synchronisation has finished. Also serialises the return with creations.
 static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,7 +73,7 @@ static void sync_devices(const char *why)
 // took its barrier before this load and its blocks' old work is covered by the sync.
 static void sync_after_barriers(void)
 {
-    if (atomic_load(&barriers_granted))
+    if (cci_fences_barriers_granted())
         sync_devices("before work the fences' barriers do not order");
 }
 
@@ -124,7 +114,12 @@ void cci_rule_switch(cci_rule_reason why)
     pthread_mutex_lock(&switch_lock);
     if (lasting_reason) {
         atomic_fetch_or(&lasting, 1u << why);
-        atomic_store(&cci__rule_may_return, 0);
+        // Pushed down before the synchronisation below reads whether barriers were granted (both
+        // seq_cst): a fence that asks later sees the flag; one that asked earlier is synchronised.
+        if ((1u << why) & UNORDERED_BY_LEGACY)
+            atomic_store(&cci__fences_beyond_legacy, 1);
+        atomic_store(&cci__stream_registry_no_return, 1);
+        atomic_store(&cci__stream_registry_emptied, 0);
     }
     fence_from_now_locked(why, ((1u << why) & UNORDERED_BY_LEGACY) != 0);
     pthread_mutex_unlock(&switch_lock);
@@ -137,9 +132,9 @@ void cci_rule_stream_create_begin(unsigned flags)
     pthread_mutex_lock(&switch_lock);
     creating++;
     if (flags & CCI_CU_STREAM_NON_BLOCKING)
-        atomic_fetch_add(&nonblocking_creating, 1);
+        cci_fences_nonblocking_creating(1);
     // A non-blocking stream after barriers or orders needs no synchronisation here: its
-    // registration makes it wait for the legacy stream's earlier work (cci_stream_registry_add).
+    // registration makes it wait for the legacy stream's earlier work (cci_cuda_stream_created).
     fence_from_now_locked(CCI_RULE_STREAM_CREATED, 0);
     pthread_mutex_unlock(&switch_lock);
 }
@@ -151,25 +146,8 @@ void cci_rule_stream_create_end(unsigned flags)
     pthread_mutex_lock(&switch_lock);
     creating--;
     if (flags & CCI_CU_STREAM_NON_BLOCKING)
-        atomic_fetch_sub(&nonblocking_creating, 1);
+        cci_fences_nonblocking_creating(-1);
     pthread_mutex_unlock(&switch_lock);
-}
-
-int cci_rule_fence_is_barrier(void)
-{
-    if (stream_rule_disabled())
-        return 0;
-    atomic_store(&barriers_granted, 1);  // before the checks: see sync_after_barriers
-    return !(atomic_load(&lasting) & UNORDERED_BY_LEGACY) && !atomic_load(&nonblocking_creating) &&
-           !atomic_load(&nonblocking_live);
-}
-
-int cci_rule_fence_may_order(void)
-{
-    if (stream_rule_disabled())
-        return 0;
-    atomic_store(&barriers_granted, 1);  // before the check, as for THE BARRIER
-    return !(atomic_load(&lasting) & UNORDERED_BY_LEGACY);
 }
 
 // Switch lock held. Whether the program's work can only be ordered again (THE RETURN): every
@@ -201,7 +179,7 @@ int cci__rule_try_return(void)
                 "its last work run)");
     }
     if (may != 0)  // returned, or cannot until the registry empties again
-        atomic_store(&cci__rule_may_return, 0);
+        atomic_store(&cci__stream_registry_emptied, 0);
     pthread_mutex_unlock(&switch_lock);
     return back;
 }
@@ -222,155 +200,10 @@ void cci__rule_note_new_device(int device)
         cci_rule_switch(CCI_RULE_SECOND_DEVICE);
 }
 
-// ---- the streams ----------------------------------------------------------------------------
-
-typedef struct stream_entry {
-    CUstream s;
-    int device;
-    unsigned flags;
-    unsigned long long born;   // cci_stream_ref.born
-    cci_stream_cover *cover;   // the fence group's, NULL until it looks at the stream
-} stream_entry;
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static stream_entry *entries;  // live streams, unordered
-static size_t nentries, capacity;
-static _Atomic size_t live_streams;  // nentries, for readers without the lock
-static unsigned long created;
-// Streams registered so far, the source of `born`. Written under the lock; a fence record reads
-// it without (seq_cst): a stream registered before the program could use it is counted.
-static _Atomic unsigned long long epoch;
-
-static ssize_t find_locked(CUstream s)
+void cci_rule_capture_begins(void)
 {
-    for (size_t i = 0; i < nentries; i++)
-        if (entries[i].s == s)
-            return (ssize_t)i;
-    return -1;
-}
-
-void cci_stream_registry_add(CUstream s, int device, unsigned flags)
-{
-    if (!s)
-        return;
-    cci_context_fences_note_stream(s, device);  // before any fence could need to cover it
-    int added = 0;
-    pthread_mutex_lock(&registry_lock);
-    // A runtime creation reaches our driver wrapper too (on a real cudart): one entry.
-    if (find_locked(s) < 0) {
-        if (nentries == capacity) {
-            size_t want = capacity ? 2 * capacity : 16;
-            stream_entry *grown = realloc(entries, want * sizeof *grown);
-            if (!grown) {
-                pthread_mutex_unlock(&registry_lock);
-                // Unrecorded, its last work would not be fenced: fall back to a whole-device
-                // synchronisation at every batch, which needs no registry.
-                cci_log(CCI_LOG_WARNING, "out of host memory recording stream %p; frees fall "
-                        "back to device synchronisation", (void *)s);
-                atomic_store(&cci__stream_registry_incomplete, 1);
-                return;
-            }
-            entries = grown;
-            capacity = want;
-        }
-        unsigned long long born = atomic_load(&epoch) + 1;
-        entries[nentries++] = (stream_entry){.s = s, .device = device, .flags = flags, .born = born};
-        if (flags & CCI_CU_STREAM_NON_BLOCKING)
-            atomic_fetch_add(&nonblocking_live, 1);
-        atomic_store(&epoch, born);
-        atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
-        created++;
-        added = 1;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    // Blocks handed out under a barrier or an order may still have old work queued that a
-    // non-blocking stream's work would not be ordered after. Read after the registry knows the
-    // stream (seq_cst): a barrier's record or an order's look that set the flag later sees this
-    // stream (creating, live or in the registry) and covers it; one that set it earlier is seen
-    // here. The handle is not the program's yet.
-    if (added && (flags & CCI_CU_STREAM_NON_BLOCKING) && atomic_load(&barriers_granted))
-        cci_cuda_fence_order_new_stream(s, device);
-}
-
-void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device,
-                                                           unsigned long long born,
-                                                           cci_stream_cover *cover))
-{
-    if (!s)
-        return;
-    cci_streams_forget();  // before the handle can be handed out again
-    pthread_mutex_lock(&registry_lock);
-    ssize_t i = find_locked(s);
-    if (i >= 0) {
-        stream_entry e = entries[i];
-        entries[i] = entries[--nentries];
-        if (e.flags & CCI_CU_STREAM_NON_BLOCKING)
-            atomic_fetch_sub(&nonblocking_live, 1);
-        atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
-        if (retire)
-            retire(e.s, e.device, e.born, e.cover);
-        else
-            cci_cuda_fence_forget_cover(e.cover);
-        if (nentries == 0 && !atomic_load(&lasting))
-            atomic_store(&cci__rule_may_return, 1);  // fenced frees try to return (THE RETURN)
-    }
-    pthread_mutex_unlock(&registry_lock);
-}
-
-void cci_stream_registry_drop_device(int device)
-{
-    cci_streams_forget();
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < nentries;) {
-        if (entries[i].device == device) {
-            cci_cuda_fence_forget_cover(entries[i].cover);
-            if (entries[i].flags & CCI_CU_STREAM_NON_BLOCKING)
-                atomic_fetch_sub(&nonblocking_live, 1);
-            entries[i] = entries[--nentries];
-        }
-        else
-            i++;
-    }
-    atomic_store_explicit(&live_streams, nentries, memory_order_relaxed);
-    pthread_mutex_unlock(&registry_lock);
-}
-
-int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg)
-{
-    int rc = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < nentries && rc == 0; i++) {
-        stream_entry *e = &entries[i];
-        if (e->flags & CCI_CU_STREAM_NON_BLOCKING) {
-            cci_stream_ref r = {.s = e->s, .device = e->device, .born = e->born, .cover = &e->cover};
-            rc = fn(&r, arg);
-        }
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return rc;
-}
-
-unsigned long long cci_stream_registry_epoch(void)
-{
-    return atomic_load(&epoch);
-}
-
-size_t cci_stream_registry_live(void)
-{
-    return atomic_load_explicit(&live_streams, memory_order_relaxed);
-}
-
-size_t cci_stream_registry_nonblocking_live(void)
-{
-    return atomic_load_explicit(&nonblocking_live, memory_order_relaxed);
-}
-
-void cci_stream_registry_counts(unsigned long *created_out, unsigned long *live)
-{
-    pthread_mutex_lock(&registry_lock);
-    *created_out = created;
-    *live = nentries;
-    pthread_mutex_unlock(&registry_lock);
+    cci_rule_switch(CCI_RULE_CAPTURE);
+    cci_capture_count_begin();
 }
 
 void cci_rule_log_exit(void)
@@ -413,24 +246,15 @@ void cci_rule_log_exit(void)
                 catch_ups, syncs);
 }
 
-void cci_stream_registry_atfork_child(void)
+void cci_rule_atfork_child(void)
 {
-    pthread_mutex_init(&registry_lock, NULL);
     pthread_mutex_init(&switch_lock, NULL);
-    nentries = 0;  // their covers are the parent's: forgotten with them
-    atomic_store(&live_streams, 0);
-    created = 0;
     atomic_store(&cci__rule_fenced, 0);
     atomic_store(&reason, CCI_RULE_ORDERED);
     atomic_store(&lasting, 0);
-    atomic_store(&barriers_granted, 0);
-    atomic_store(&nonblocking_creating, 0);
-    atomic_store(&nonblocking_live, 0);
-    atomic_store(&cci__rule_may_return, 0);
     creating = 0;
     atomic_store(&returns, 0);
     atomic_store(&return_tries, 0);
     atomic_store(&threads_seen, cci__rule_thread_seen);  // the forking thread: the only one left
     atomic_store(&cci__rule_first_device, -1);
-    atomic_store(&cci__stream_registry_incomplete, 0);
 }

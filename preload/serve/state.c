@@ -10,8 +10,7 @@
 #include "addr_map.h"
 #include "log.h"
 #include "real.h"
-#include "reporting.h"
-#include "trace_record.h"
+#include "observers.h"
 
 #include "allocator_reset.h"
 
@@ -98,16 +97,6 @@ void cci__state_atfork_child(void)
 
 // ---- allocators ---------------------------------------------------------------------------
 
-// Records this allocator's events when CCI_TRACE asked for it (a no-op otherwise).
-static void attach_trace(cci_allocator *a)
-{
-    if (!cci_trace_active())
-        return;
-    cci_stats st = {.size = sizeof st};
-    cci_alloc_stats(a, &st);
-    cci_trace_attach(a, (size_t)st.device_capacity);
-}
-
 cci_allocator *cci__state_allocator_create(int device)
 {
     pthread_mutex_lock(&create_lock);
@@ -115,8 +104,7 @@ cci_allocator *cci__state_allocator_create(int device)
     if (!a) {
         a = cci_allocator_create(device, &cci__cfg, cci_cuda_backend());
         if (a) {
-            cci_pl_report_attach(device, a);
-            attach_trace(a);
+            cci_serve_tell_allocator(device, a);  // the report, the trace (observers.h)
             cci_addr_map_attach(a);  // last: the observers above keep their slots
             cci_allocator_thread_cache(a, cci_settings_get()->thread_cache);
             // The bound first: a free that can see this allocator must also search it.

@@ -29,14 +29,9 @@ extern int cci__stacks_depth CCI_HIDDEN;
 void cci_callsites_start(const cci_settings *s);
 /// Observes a new allocator's frees and reserved peaks (when stacks are on).
 void cci_callsites_attach(int device, cci_allocator *a);
+/// Records the call site of an allocation just served: attached to serving as its allocation
+/// observer (serve/observers.h) when stacks are on, so serving pays nothing when they are off.
 void cci__callsites_record(int device, uintptr_t addr, size_t size);
-
-/// The serving layer's one call, after a successful allocation.
-static inline void cci_callsites_on_alloc(int device, uintptr_t addr, size_t size)
-{
-    if (__builtin_expect(cci__stacks_depth != 0, 0))
-        cci__callsites_record(device, addr, size);
-}
 
 /// Fills each device's holders, leak ages and block sites into a snapshot just taken. Host
 /// memory running short leaves the tables out. No-op when stacks are off.

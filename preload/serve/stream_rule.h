@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
-// What the program does with streams, and the reuse rule that follows from it (issue 12).
+// The reuse rule: when a block freed with cudaFree may be reused, from what the program does with
+// streams, threads, devices, peer access and captures.
 //
 // THE RULE. A block freed with cudaFree / cuMemFree_v2 is
 //   - CCI_FREE_NOW (reusable at once) while the program's work can only be ordered: no stream was
 //     ever created (runtime or driver), at most one host thread has allocated or freed through us,
 //     one device has an allocator, no peer access was enabled and no capture was begun;
 //   - CCI_FREE_FENCED from the moment one of those stops being true (a fence recorded on every
-//     stream that may still use the block, backend_cuda_fence.c). Only created streams can be
+//     stream that may still use the block, cuda/fence.c). Only created streams can be
 //     undone: once every one of them has been destroyed and its last work has run (its retired
 //     event passed), and nothing else broke the order, the rule RETURNS to ordered (below);
 //     a second thread, device, peer access or capture keeps it fenced for the rest of the process;
@@ -64,14 +65,14 @@
 // fence is no barrier, and the host used to wait for it whenever its batch was wanted for reuse.
 // Under the barrier's other conditions the CUDA backend now answers such a wait on the GPU:
 // every non-blocking stream is made to wait for the legacy stream, after the legacy stream was
-// made to wait for the busy ones (backend_cuda_fence.c, fence_order; docs/reuse-modes.md).
-#ifndef CCI_PRELOAD_STREAM_REGISTRY_H
-#define CCI_PRELOAD_STREAM_REGISTRY_H
+// made to wait for the busy ones (cuda/fence.c, fence_order; docs/reuse-modes.md).
+#ifndef CCI_PRELOAD_STREAM_RULE_H
+#define CCI_PRELOAD_STREAM_RULE_H
 
 #include "export.h"
 #include <stdatomic.h>
 
-#include "real.h"
+#include "stream_registry.h"
 
 /// Why the process left the ordered rule (CCI_RULE_ORDERED: it has not).
 typedef enum cci_rule_reason {
@@ -105,30 +106,17 @@ void cci_rule_switch(cci_rule_reason why);
 void cci_rule_stream_create_begin(unsigned flags);
 void cci_rule_stream_create_end(unsigned flags);
 
-/// THE BARRIER: called as a fence is recorded (allocator lock held). 1 when nothing outside the
-/// legacy stream's implicit synchronisation can touch our memory now (no live or coming
-/// non-blocking stream, one device, no peer access, no capture), so the fence's legacy event,
-/// once recorded, orders every later use after every earlier one; the caller also checks that the
-/// destroyed streams' last work has run. Marks that barriers were taken (stays marked).
-int cci_rule_fence_is_barrier(void);
-
-/// THE ORDER (backend_cuda_fence.c): called before a fence's order is given in place of a wait.
-/// 1 when nothing but non-blocking streams lies outside the legacy stream's implicit
-/// synchronisation (one device, no peer access, no capture); the caller covers those streams.
-/// Marks that barriers were taken, as cci_rule_fence_is_barrier does.
-int cci_rule_fence_may_order(void);
-
 /// How many times the rule may return to ordered in one process (THE RETURN).
 #define CCI_RULE_MAX_RETURNS 16
 
-/// Non-zero while a return to ordered may be possible: fenced only for created streams, and the
-/// registry became empty (one relaxed load on the fenced free path).
-extern _Atomic int cci__rule_may_return CCI_HIDDEN;
+/// For a free about to be fenced: 1 when the rule returned to ordered (the free is NOW). A return
+/// may be possible only while the registry says it emptied (cci__stream_registry_emptied: fenced
+/// only for created streams, and the last one was destroyed): one relaxed load on the fenced
+/// free path.
 int cci__rule_try_return(void);
-/// For a free about to be fenced: 1 when the rule returned to ordered (the free is NOW).
 static inline int cci_rule_back_to_ordered(void)
 {
-    return __builtin_expect(atomic_load_explicit(&cci__rule_may_return, memory_order_relaxed), 0) &&
+    return __builtin_expect(atomic_load_explicit(&cci__stream_registry_emptied, memory_order_relaxed), 0) &&
            cci__rule_try_return();
 }
 
@@ -150,56 +138,14 @@ static inline void cci_rule_note_device(int device)
         cci__rule_note_new_device(device);
 }
 
-// ---- the streams the program created ------------------------------------------------------
-
-/// The fence group's state for one live non-blocking stream (backend_cuda_fence.c): which fences
-/// its work is known to have passed, and its pending "sweep" events. Owned by the fence group,
-/// kept in the stream's registry entry so that it goes when the stream does.
-typedef struct cci_stream_cover cci_stream_cover;
-
-/// One live stream as the registry hands it to the fence group (with the registry lock held).
-typedef struct cci_stream_ref {
-    CUstream s;
-    int device;
-    /// The registry's number for this stream: 1 for the first stream registered, 2 for the
-    /// next... A fence that read cci_stream_registry_epoch() = N when it was recorded must cover
-    /// exactly the streams with born <= N: a later one was registered after the record, so none
-    /// of its work can come from before the free (the program gets the handle only after we
-    /// registered it).
-    unsigned long long born;
-    cci_stream_cover **cover;  ///< the fence group's slot, NULL until it first looks at the stream
-} cci_stream_ref;
-
-/// A stream was created (runtime or driver; the same handle seen twice is recorded once).
-void cci_stream_registry_add(CUstream s, int device, unsigned flags);
-/// The program is about to destroy `s`: it leaves the registry and, while the registry lock is
-/// held, `retire(s, device, born, cover)` is called for it (the fence group keeps its last work
-/// covered, and frees its cover). Unknown streams are ignored.
-void cci_stream_registry_remove(CUstream s, void (*retire)(CUstream s, int device,
-                                                           unsigned long long born,
-                                                           cci_stream_cover *cover));
-/// The device's context goes (reset): so do its streams, without events (their covers are
-/// forgotten through cci_cuda_fence_forget_cover).
-void cci_stream_registry_drop_device(int device);
-/// Calls fn for every live non-blocking stream with the registry lock held; stops at the first
-/// non-zero answer and returns it. The lock also orders fn against remove's `retire`.
-int cci_stream_registry_each_nonblocking(int (*fn)(const cci_stream_ref *r, void *arg), void *arg);
-/// The number of the last stream registered so far (0: none); see cci_stream_ref.born.
-unsigned long long cci_stream_registry_epoch(void);
-/// Non-zero once a stream could not be recorded (out of host memory): fences cannot cover it,
-/// so the fence group refuses to record and the core synchronises the device instead.
-extern _Atomic int cci__stream_registry_incomplete CCI_HIDDEN;
-/// Streams created so far (all kinds) and live now.
-/// Live streams registered now (without the lock; a moment's figure).
-size_t cci_stream_registry_live(void);
-/// Of those, the non-blocking ones (the same kind of figure).
-size_t cci_stream_registry_nonblocking_live(void);
-void cci_stream_registry_counts(unsigned long *created, unsigned long *live);
+/// A capture is about to begin (either level): the rule switches (no synchronisation is possible
+/// during a capture), then the capture is counted inside the capture gate (cuda/captures.h).
+void cci_rule_capture_begins(void);
 
 /// The exit line (CCI_LOG=info): which rule the run ended under, fences recorded, host waits.
 void cci_rule_log_exit(void);
 
-/// A fork child: no streams, no threads but this one, the ordered rule again.
-void cci_stream_registry_atfork_child(void);
+/// A fork child: no threads but this one, the ordered rule again.
+void cci_rule_atfork_child(void);
 
 #endif

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "export.h"
 #include "settings.h"
+#include "start.h"
 
 enum { CCI_MODE_UNINIT = 0, CCI_MODE_PASSTHROUGH = 1, CCI_MODE_ACTIVE = 2 };
 
@@ -41,15 +42,12 @@ void cci__state_atfork_prepare(void);
 void cci__state_atfork_parent(void);
 void cci__state_atfork_child(void);
 
-/// Runs the one-time start-up (lifecycle.c).
-void cci_lifecycle_init(void);
-
-/// 1 when we manage memory; runs the one-time initialisation on the first call.
+/// 1 when we manage memory; runs the one-time start-up on the first call (start.h).
 static inline int cci_state_active(void)
 {
     int m = atomic_load_explicit(&cci__mode, memory_order_acquire);
     if (__builtin_expect(m == CCI_MODE_UNINIT, 0)) {
-        cci_lifecycle_init();
+        cci_preload_start();
         m = atomic_load_explicit(&cci__mode, memory_order_acquire);
     }
     return m == CCI_MODE_ACTIVE;

@@ -15,12 +15,12 @@
 
 #include "addr_map.h"
 #include "allocator.h"
-#include "callsites.h"
 #include "levels.h"
 #include "settings.h"
 #include "state.h"
-#include "stream_registry.h"
-#include "streams.h"
+#include "stream_rule.h"
+#include "captures.h"
+#include "observers.h"
 
 // The fast paths below are inline (issue 15): every served cudaMalloc/cudaFree runs them, and a
 // call frame per layer (hook, level, serving layer, core) had cost as much as their work. Only
@@ -62,7 +62,7 @@ static inline int cci_serve_alloc(int level, int device, size_t size, uint64_t s
     if (__builtin_expect(rc != CCI_OK, 0))
         return cci__serve_alloc_failed(level, device, size, rc);
     cci__serve_last_device = device;
-    cci_callsites_on_alloc(device, *addr, size);
+    cci_serve_tell_alloc(device, *addr, size);
     cci_pl_count(level);
     return CCI_OK;
 }

@@ -3,6 +3,7 @@
 // libcuda would make every non-CUDA child process (shells, compilers) fail at load. The one
 // place that loads them: glibc's dlsym, the runtime table, the driver table.
 #include "real.h"
+#include "forwarding.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -12,6 +13,9 @@
 #include <string.h>
 
 #include "log.h"
+
+// The forwarding mark (forwarding.h): set around every call we pass on to the real functions.
+_Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
 
 // ---- dlsym ----------------------------------------------------------------------------------
 

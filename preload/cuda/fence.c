@@ -61,7 +61,7 @@
 // event and a cuCtxWaitEvent. Recorded inside the capture gate only: both calls would invalidate
 // any capture of the context. Barriers keep the legacy event: its place on the legacy stream is
 // what orders later work (a context event orders nothing after it).
-#include "backend_cuda_fence.h"
+#include "fence.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -76,7 +76,7 @@
 #include "log.h"
 #include "real.h"
 #include "stream_registry.h"
-#include "streams.h"
+#include "captures.h"
 
 
 // ---- events ---------------------------------------------------------------------------------
@@ -698,7 +698,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     f->streams = cci_stream_registry_epoch();
     f->seq = atomic_fetch_add(&fence_clock, 1) + 1;
     // A context fence where the fence would be no barrier (a barrier needs its legacy event).
-    int rc = cci_context_fences_usable() && !cci_rule_fence_is_barrier() && record_ctx_fence(f) == 0
+    int rc = cci_context_fences_usable() && !cci_fences_may_barrier() && record_ctx_fence(f) == 0
                  ? 0
                  : record_each_device(f, 0);
     cost_add(COST_RECORD, t0, f->n);
@@ -715,7 +715,7 @@ static int fence_record(void *ctx, int device, uint64_t stream, cci_fence *out)
     }
     // THE BARRIER (stream_registry.h): one device's legacy event, nothing outside its implicit
     // order, and no destroyed stream's last work still pending.
-    f->barrier = f->n == 1 && cci_rule_fence_is_barrier() && cci_cuda_fence_retired_done() == 1;
+    f->barrier = f->n == 1 && cci_fences_may_barrier() && cci_cuda_fence_retired_done() == 1;
     if (f->barrier)
         count(&barrier_records);
     else if (cci_stream_registry_live() > LOOK_CHEAP_STREAMS)
@@ -1197,7 +1197,7 @@ static int fence_order(void *ctx, int device, cci_fence handle)
     // The rule first: it marks that barriers were given (seq_cst) before the registry is read,
     // so a stream registered after the look below is ordered at its registration.
     int rc = 0;
-    if (cci_rule_fence_may_order() && cci_cuda_fence_retired_done() == 1)
+    if (cci_fences_may_order() && cci_cuda_fence_retired_done() == 1)
         rc = f->ctxwide ? ctx_order_now(f) : order_now(f);
     count(rc == 1 ? &orders_made : rc == CCI_ORDER_BEHIND ? &orders_behind : &orders_refused);
     cost_add(COST_ORDER, t0, 0);

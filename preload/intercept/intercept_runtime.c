@@ -13,12 +13,12 @@
 #include <stdint.h>
 
 #include "backend_cuda.h"
-#include "backend_cuda_fence.h"
+#include "fence.h"
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
 #include "state.h"
-#include "stream_registry.h"
+#include "stream_rule.h"
 #include "streams.h"
 
 static inline int runtime_level(void)
@@ -337,7 +337,7 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
     if (rc == cudaSuccess && s) {
         if (rt->cudaGetDevice(&device) != cudaSuccess)
             device = 0;
-        cci_stream_registry_add(*s, device, kind);
+        cci_cuda_stream_created(*s, device, kind);
     }
     cci_rule_stream_create_end(kind);
     cci_pl_forwarding_end();
@@ -348,7 +348,7 @@ cudaError_t cci_pl_stream_destroy(cudaStream_t s)
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_pl_forwarding_begin();
-    cci_stream_registry_remove(s, cci_cuda_fence_retire_stream);
+    cci_cuda_stream_destroyed(s);
     cudaError_t rc = rt->cudaStreamDestroy(s);
     cci_pl_forwarding_end();
     return rc;

@@ -51,11 +51,11 @@
 #include <time.h>
 
 #include "backend_cuda.h"
-#include "backend_cuda_fence.h"
+#include "fence.h"
 #include "log.h"
 #include "real.h"
 #include "settings.h"
-#include "streams.h"
+#include "captures.h"
 
 enum { NOT_STARTED, RUNNING, GONE };  // GONE: stopped, gave up, or never to start (switched off)
 static _Atomic int state = NOT_STARTED;

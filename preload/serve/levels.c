@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Interception levels: the intercept_level key read early (from the settings), the forwarding mark, and counters.
+// Interception levels: the intercept_level key read early (from the settings), and the counters.
 #include "levels.h"
 
 #include <stdatomic.h>
@@ -7,8 +7,6 @@
 #include "log.h"
 #include "settings.h"
 #include "state.h"
-
-_Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
 
 static _Atomic int levels = -1;
 // Allocations served, [0] runtime level, [1] driver level. Counted on every allocation by every

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "forwarding.h"
 
 /// CCI_LEVEL_* bits of the levels that serve allocations; 0 when libccinterpose is off
 /// (CCI_DISABLE, a configuration that does not parse, backend:cudaMallocAsync). Taken from the
@@ -38,30 +39,6 @@ static inline int cci_pl_serving(int level)
     if (__builtin_expect(v >= 0, 1))
         return (v & level) != 0;
     return cci__pl_serving_slow(level);
-}
-
-/// Non-zero while a runtime hook runs: the real runtime it passes a call to may reach the driver
-/// through our own wrappers, and the call is already handled (or deliberately passed through).
-/// A depth (hooks nest: the out-of-memory report asks the runtime from inside one), counted up
-/// and down rather than saved and restored, so a hook keeps no saved value across its call into
-/// the allocator (issue 15: one register fewer to save on every served call). Initial-exec, like
-/// the other thread-locals of the preload (see serve.c).
-extern _Thread_local int cci__forwarding __attribute__((tls_model("initial-exec")));
-
-static inline int cci_pl_forwarding(void)
-{
-    return cci__forwarding;
-}
-
-/// Marks the calling thread as inside a runtime hook, until the matching cci_pl_forwarding_end.
-static inline void cci_pl_forwarding_begin(void)
-{
-    cci__forwarding++;
-}
-
-static inline void cci_pl_forwarding_end(void)
-{
-    cci__forwarding--;
 }
 
 /// Counts one allocation served at `level` (CCI_LEVEL_RUNTIME or CCI_LEVEL_DRIVER). Inline on

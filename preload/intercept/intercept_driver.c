@@ -12,12 +12,12 @@
 #include <stdint.h>
 
 #include "backend_cuda.h"
-#include "backend_cuda_fence.h"
+#include "fence.h"
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
 #include "state.h"
-#include "stream_registry.h"
+#include "stream_rule.h"
 #include "streams.h"
 
 // 1 when this call is the driver level's to handle: not already handled by a runtime hook that
@@ -371,7 +371,7 @@ CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int 
     CUresult rc = with_priority ? t->cuStreamCreateWithPriority(s, flags, priority)
                                 : t->cuStreamCreate(s, flags);
     if (observe && rc == CUDA_SUCCESS && s)
-        cci_stream_registry_add(*s, ctx_device(t), flags);
+        cci_cuda_stream_created(*s, ctx_device(t), flags);
     if (observe)
         cci_rule_stream_create_end(flags);
     return rc;
@@ -385,7 +385,7 @@ CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     // Its last work stays covered by every fence until it has run (backend_cuda_fence.c).
     if (!cci_pl_forwarding())
-        cci_stream_registry_remove(s, cci_cuda_fence_retire_stream);
+        cci_cuda_stream_destroyed(s);
     return real(s);
 }
 
@@ -398,7 +398,7 @@ static int capture_counted(void)
 {
     if (cci_pl_forwarding())
         return 0;
-    cci_capture_begins();
+    cci_rule_capture_begins();
     return 1;
 }
 

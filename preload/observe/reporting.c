@@ -20,6 +20,7 @@
 #include "real.h"
 #include "report.h"
 #include "state.h"
+#include "trace_record.h"
 
 static _Atomic(cci_report_timeline *) timelines[CCI_PL_MAX_DEVICES];
 static _Atomic(cci_history *) histories[CCI_PL_MAX_DEVICES];
@@ -33,6 +34,17 @@ static int report_off;
 static int dump_pipe[2] = {-1, -1};
 static int dump_signal;
 static struct sigaction previous_action;
+
+// Records this allocator's events when CCI_TRACE asked for it (a no-op otherwise).
+void cci_pl_trace_attach(int device, cci_allocator *a)
+{
+    (void)device;
+    if (!cci_trace_active())
+        return;
+    cci_stats st = {.size = sizeof st};
+    cci_alloc_stats(a, &st);
+    cci_trace_attach(a, (size_t)st.device_capacity);
+}
 
 void cci_pl_report_attach(int device, cci_allocator *a)
 {

@@ -17,7 +17,7 @@
 static _Thread_local int hash_oom;
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
 
-#include "backend_cuda_vmm.h"
+#include "vmm.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: MIT
-// Device memory straight from the driver. Going below the runtime means a driver-level hook of
+// The devices' primary contexts, the scope around every driver call of ours, and plain segments
+// (cuMemAlloc_v2 / cuMemFree_v2). Device memory straight from the driver. Going below the runtime means a driver-level hook of
 // ours (static-cudart programs) can never be re-entered from here, and segments never show up as
 // runtime allocations that a program could cudaFree behind our back.
-#include "backend_cuda.h"
+#include "cuda_context.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "backend_cuda_fence.h"
-#include "backend_cuda_vmm.h"
+#include "backend.h"
 #include "log.h"
 #include "real.h"
-#include "stream_registry.h"
-#include "streams.h"
+#include "captures.h"
 
 // A thread may reach cudaMalloc before the runtime ever made a context current in it, so we hold
 // one retain on each device's primary context (the one the runtime uses) and push it around every
@@ -94,7 +93,7 @@ void cci_cuda_leave(cci_driver_scope *sc)
     leave(sc);
 }
 
-static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
+int cci_cuda_segment_reserve(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     driver_scope sc;
     if (enter(device, &sc))
@@ -110,7 +109,7 @@ static int reserve(void *ctx, int device, size_t size, uintptr_t *addr)
     return r == CUDA_ERROR_OUT_OF_MEMORY ? CCI_EOOM : CCI_EBACKEND;
 }
 
-static int release(void *ctx, int device, uintptr_t addr, size_t size)
+int cci_cuda_segment_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     driver_scope sc;
     if (enter(device, &sc))
@@ -123,7 +122,7 @@ static int release(void *ctx, int device, uintptr_t addr, size_t size)
     return r == CUDA_SUCCESS ? CCI_OK : CCI_EBACKEND;
 }
 
-static size_t capacity(void *ctx, int device)
+size_t cci_cuda_capacity(void *ctx, int device)
 {
     CUdevice d;
     size_t bytes = 0;
@@ -133,7 +132,7 @@ static size_t capacity(void *ctx, int device)
     return bytes;
 }
 
-static int synchronize(void *ctx, int device)
+int cci_cuda_synchronize(void *ctx, int device)
 {
     // A context synchronisation during a capture would invalidate it (or be refused): report
     // failure instead, and the core keeps its deferred blocks waiting for a later batch.
@@ -149,31 +148,6 @@ static int synchronize(void *ctx, int device)
     return r == CUDA_SUCCESS ? CCI_OK : CCI_EBACKEND;
 }
 
-static cci_backend_ops cuda_ops = {
-    .reserve = reserve,
-    .release = release,
-    .capacity = capacity,
-    .synchronize = synchronize,
-    // Fences (issue 12): events instead of device-wide synchronisation, backend_cuda_fence.c.
-    .caps = CCI_CAP_FENCES,
-    .fence = &cci_cuda_fence_ops,
-};
-
-// The optional groups depend on what the loaded driver offers: decided once, before the first
-// allocator sees the table.
-static pthread_once_t groups_once = PTHREAD_ONCE_INIT;
-
-static void add_groups(void)
-{
-    cci_cuda_vmm_wire(&cuda_ops);
-}
-
-cci_backend cci_cuda_backend(void)
-{
-    pthread_once(&groups_once, add_groups);
-    return (cci_backend){.ops = &cuda_ops, .ctx = NULL};
-}
-
 int cci_cuda_backend_init(void)
 {
     CUresult r = cci_real_drv()->cuInit(0);
@@ -184,13 +158,8 @@ int cci_cuda_backend_init(void)
     return 0;
 }
 
-void cci_cuda_backend_drop_device(int device)
+void cci_cuda_context_drop(int device)
 {
-    cci_stream_registry_drop_device(device);
-    cci_cuda_fence_drop_device(device);
-    // The allocator's teardown has just unmapped its pages into the VMM pool: they go now, while
-    // the context they belong to still exists.
-    cci_cuda_vmm_drop_device(device);
     pthread_mutex_lock(&primary_lock);
     CUcontext c = atomic_exchange(&cci__primary[device], NULL);
     if (c) {
@@ -218,9 +187,8 @@ int cci_cuda_backend_primary_device(CUcontext ctx, int bound)
     return -1;
 }
 
-void cci_cuda_backend_atfork_child(void)
+void cci_cuda_context_atfork_child(void)
 {
-    cci_cuda_vmm_atfork_child();
     pthread_mutex_init(&primary_lock, NULL);
     for (int i = 0; i < CCI_PL_MAX_DEVICES; i++)
         atomic_store(&cci__primary[i], NULL);

@@ -15,6 +15,8 @@
 void cci_pl_report_start(const cci_settings *settings);
 /// Attaches the timeline (and peak tracking) to a new allocator before its first allocation.
 void cci_pl_report_attach(int device, cci_allocator *a);
+/// Attaches the trace recorder to a new allocator when CCI_TRACE records (after the timeline).
+void cci_pl_trace_attach(int device, cci_allocator *a);
 /// Writes the out-of-memory block on stderr. No allocator lock may be held.
 void cci_pl_report_oom(int device, size_t requested);
 /// Writes the full report now: `path` NULL = the configured destination (CCI_REPORT, else

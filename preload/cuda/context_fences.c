@@ -4,7 +4,7 @@
 
 #include "backend_cuda.h"
 #include "log.h"
-#include "streams.h"
+#include "captures.h"
 
 _Atomic int cci__context_fences_on;
 // Why they are off: a string literal, set once before the flag is cleared (or at start-up).

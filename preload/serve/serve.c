@@ -6,14 +6,12 @@
 #include <inttypes.h>
 
 #include "addr_map.h"
-#include "callsites.h"
-#include "backend_cuda_vmm.h"
+#include "vmm.h"
 #include "levels.h"
 #include "log.h"
-#include "reporting.h"
 #include "settings.h"
 #include "state.h"
-#include "stream_registry.h"
+#include "stream_rule.h"
 
 // The device this thread allocated on last: the first allocator a free asks when the address
 // map cannot name the owner (release_by_scan), so most such frees still take one lookup. Initial-exec:
@@ -35,7 +33,7 @@ int cci__serve_alloc_failed(int level, int device, size_t size, int rc)
     // The report asks the runtime for the device's free memory: that answer must be CUDA's, not
     // the driver wrapper's (which would add our cache).
     cci_pl_forwarding_begin();
-    cci_pl_report_oom(device, size);
+    cci_serve_tell_oom(device, size);
     cci_pl_forwarding_end();
     return CCI_EOOM;
 }
