@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "real.h"
+
 typedef struct PyObject PyObject;   // opaque: only pointers cross this file
 
 static struct {
@@ -25,7 +27,10 @@ static struct {
 
 static pthread_once_t find_once = PTHREAD_ONCE_INIT;
 
-#define FIND(field, name) (memcpy(&py.field, &(void *){dlsym(RTLD_DEFAULT, name)}, sizeof py.field), py.field != NULL)
+// glibc's dlsym (real.h), not our exported hook: a lookup of ours must not pass through the
+// program-facing dlsym, which hands out our wrappers and counts as one of the program's calls.
+#define FIND(field, name) \
+    (memcpy(&py.field, &(void *){cci_real_dlsym(RTLD_DEFAULT, name)}, sizeof py.field), py.field != NULL)
 
 static void find(void)
 {
