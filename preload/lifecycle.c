@@ -129,7 +129,7 @@ static void start(void)
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);
         // Observers attach before the mode is published, so every allocator has them from its
-        // first allocation: the timeline and call sites first, then the trace (state.c adds the
+        // first allocation: the timeline and call sites first, then the trace (serve/state.c adds the
         // address map last).
         cci_serve_observe_allocators(cci_pl_report_attach);
         cci_serve_observe_allocators(cci_pl_trace_attach);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The slice of the driver's virtual-memory (VMM) ABI that backend_cuda_vmm.c speaks, by hand like
+// The slice of the driver's virtual-memory (VMM) ABI that cuda/vmm.c speaks, by hand like
 // cuda_abi.h (which says why no CUDA header is included). Values and layouts are CUDA's own.
 #ifndef CCI_CUDA_ABI_VMM_H
 #define CCI_CUDA_ABI_VMM_H

@@ -30,8 +30,8 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     return cci_real_dlsym_fn()(handle, name);
 }
 
-// ---- issue 12 (stream registry and fences): the runtime entry points that create or destroy
-// streams or enable peer access. Hooked only to keep the stream registry (stream_registry.c)
+// ---- the stream registry and the fences: the runtime entry points that create or destroy
+// streams or enable peer access. Hooked only to keep the stream registry (serve/stream_rule.c, cuda/stream_registry.c)
 // up to date; each forwards with the real answer. OPTIONAL: a missing one answers the stub's
 // cudaErrorInitializationError, as the program's own call would fail without a runtime.
 #define CCI_REAL_RUNTIME_STREAMS(X)                                                          \
@@ -41,7 +41,7 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
       (s, flags, prio))                                                                      \
     X(cudaStreamDestroy, OPTIONAL, (cudaStream_t s), (s))                                    \
     X(cudaDeviceEnablePeerAccess, OPTIONAL, (int peer, unsigned flags), (peer, flags))
-// ---- end of issue 12 (runtime)
+// ---- end of the stream registry's and fences' runtime entry points
 
 // ---- the runtime (libcudart) ----------------------------------------------------------------
 // X(name, need, parameter list, argument list). A missing entry of either kind answers
@@ -109,7 +109,7 @@ static inline const cci_real_runtime *cci_real_rt(void)
 //   OPTIONAL: whoever calls it checks for NULL: a wrapper answers CUDA_ERROR_NOT_INITIALIZED, a
 //             helper question falls back to the runtime or to "not ours".
 
-// ---- issue 12 (stream registry and fences): driver entries ----------------------------------
+// ---- the stream registry and the fences: driver entries -------------------------------------
 // An event handle (the ABI's CUevent; cudaEvent_t is the same pointer).
 typedef struct CUevent_st *CUevent;
 #define CCI_CU_STREAM_LEGACY ((CUstream)0x1)
@@ -120,7 +120,7 @@ typedef struct CUevent_st *CUevent;
 
 /// Wrapped (part of CCI_REAL_DRIVER_WRAPPED, so the resolver and the dlsym hook hand out ours):
 /// stream creation and destruction below the runtime (NCCL, XLA, static cudart) and peer access,
-/// observed for the stream rule (stream_registry.c). OPTIONAL: a wrapper whose real function is
+/// observed for the stream rule (serve/stream_rule.c, cuda/stream_registry.c). OPTIONAL: a wrapper whose real function is
 /// missing answers CUDA_ERROR_NOT_INITIALIZED.
 #define CCI_REAL_DRIVER_WRAPPED_STREAMS(X) CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(X)
 #define CCI_REAL_DRIVER_WRAPPED_STREAMS_LIST(X)                                              \
@@ -145,7 +145,7 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamEndCapture, OPTIONAL, (CUstream s, CUgraph * g), (s, g))                       \
     X(cuStreamEndCapture_ptsz, OPTIONAL, (CUstream s, CUgraph * g), (s, g))
 
-/// Called by the CUDA fence group (backend_cuda_fence.c). OPTIONAL: without all of the event
+/// Called by the CUDA fence group (cuda/fence.c). OPTIONAL: without all of the event
 /// calls the backend offers no fences and the core synchronises the device instead.
 #define CCI_REAL_DRIVER_CALLED_FENCES(X)                                                     \
     X(cuEventCreate, OPTIONAL, (CUevent * e, unsigned flags), (e, flags))                    \
@@ -158,7 +158,7 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamWaitEvent, OPTIONAL, (CUstream s, CUevent e, unsigned flags), (s, e, flags))   \
     X(cuCtxRecordEvent, OPTIONAL, (CUcontext c, CUevent e), (c, e))                          \
     X(cuCtxWaitEvent, OPTIONAL, (CUcontext c, CUevent e), (c, e))
-// ---- end of issue 12 (driver)
+// ---- end of the stream registry's and fences' driver entries
 
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.
 /// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
@@ -211,7 +211,7 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamGetCtx, OPTIONAL, (CUstream s, CUcontext * ctx), (s, ctx))                     \
     CCI_REAL_DRIVER_CALLED_FENCES(X)
 
-// ---- VMM block (backend_cuda_vmm.c) ---------------------------------------------------------
+// ---- VMM block (cuda/vmm.c) -----------------------------------------------------------------
 /// The virtual-memory API behind expandable_segments / compact_segments. All OPTIONAL (CUDA
 /// 10.2+; cuDeviceGetAttribute is older but only this backend asks it): the backend offers
 /// CCI_CAP_VMM only when every entry but cuDeviceGetAttribute was found.

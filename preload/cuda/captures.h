@@ -39,7 +39,7 @@ static inline int cci_capture_ask_streams(void)
 /// At start-up, once the driver is loaded: decides cci__capture_unseen_possible.
 void cci_capture_note_driver(void);
 
-/// The capture gate (streams.c), for a thread of ours that asks the program's streams in the
+/// The capture gate (captures.c), for a thread of ours that asks the program's streams in the
 /// background: 1 with the gate held and no counted capture underway (none can begin until
 /// cci_capture_gate_leave), 0 (gate not held) while one may be.
 int cci_capture_gate_enter(void);

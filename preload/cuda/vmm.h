@@ -4,8 +4,8 @@
 // to unmap (after its fence or synchronisation); this group does what it is told, keeps released
 // pages in a bounded per-device pool to hand them out again, and grants access to the owning
 // device and to every device the program enabled peer access from.
-#ifndef CCI_PRELOAD_BACKEND_CUDA_VMM_H
-#define CCI_PRELOAD_BACKEND_CUDA_VMM_H
+#ifndef CCI_PRELOAD_VMM_H
+#define CCI_PRELOAD_VMM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -97,7 +97,7 @@ CUresult cuStreamDestroy_v2(CUstream s)
     return cci_pl_cu_stream_destroy(s, 1);
 }
 
-// Captures: counted, so that nothing of ours asks a capturing stream (streams.h). The first ABI
+// Captures: counted, so that nothing of ours asks a capturing stream (cuda/captures.h). The first ABI
 // (CUDA 10.0, no mode: global) is what cuGetProcAddress hands a caller asking for version 10000.
 CUresult cuStreamBeginCapture(CUstream s)
 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The CUDA runtime entry points we interpose: forwarders only, the logic is in
-// intercept_runtime.c (translation to the serving layer, serve.c) and streams.c. Each is
+// intercept_runtime.c (translation to the serving layer, serve/serve.c) and streams.c. Each is
 // exported unversioned (libccinterpose.map), which binds it to the program's versioned
 // references (cudaMalloc@libcudart.so.13) ahead of libcudart itself.
 #include "hooks.h"
@@ -55,7 +55,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     return cci_pl_ipc_get_mem_handle(handle, devPtr);
 }
 
-// Capture entry points: hooked only to count captures (see streams.c).
+// Capture entry points: hooked only to count captures (see intercept/streams.c).
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode)
 {
     return cci_pl_begin_capture(stream, mode, 0);

@@ -36,7 +36,7 @@ static _Thread_local int last_primary_device __attribute__((tls_model("initial-e
 
 // The search when the thread's current context `cur` is not its last device's primary context.
 // Out of line, and given nothing it can find itself: the fast path below is one driver call and
-// one compare, and keeps nothing in a register for this call (issue 15).
+// one compare, and keeps nothing in a register for this call.
 static __attribute__((noinline)) int primary_device_search(CUcontext cur)
 {
     const cci_real_driver *t = cci_real_drv();
@@ -94,7 +94,7 @@ static int current_device(int *device)
 // instead of a MEM_ALLOC node. The driver is asked only when cci_capture_ask_streams says so, as
 // the runtime hooks do: captures begun through the driver or a static cudart are counted too
 // (cci_pl_cu_begin_capture and its siblings), and asking on every call had cost two driver calls
-// a cached cuMemAllocAsync+cuMemFreeAsync pair (issue 15).
+// a cached cuMemAllocAsync+cuMemFreeAsync pair.
 static inline __attribute__((always_inline)) int stream_capturing(const cci_real_driver *t, CUstream s, int ptsz)
 {
     if (__builtin_expect(!cci_capture_ask_streams(), 1))
@@ -157,7 +157,7 @@ static int driver_release_answer(int released)
 }
 
 // The real calls, for every call we do not serve. Out of line, so that the served path holds
-// neither the real entry point nor the table across its call into the allocator (issue 15).
+// neither the real entry point nor the table across its call into the allocator.
 // Whenever a call is served the layer is active, so the driver table was loaded with its
 // REQUIRED entries (cuMemAlloc_v2, cuMemFree_v2; real.c): checking an entry only here changes
 // no answer.
@@ -219,7 +219,7 @@ CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
 // The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
 // (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
 // from it (the capture question's entry point, the name in a message) is kept in a register
-// across the call into the allocator (issue 15).
+// across the call into the allocator.
 static inline __attribute__((always_inline)) CUresult mem_alloc_async(CUdeviceptr *dptr, size_t size,
                                                                       CUstream s, int ptsz)
 {
@@ -346,7 +346,7 @@ CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2)
     return real(ctx);
 }
 
-// ---- streams and peer access (issue 12): observed for the stream rule ----------------------
+// ---- streams and peer access: observed for the stream rule ------ ----------------------
 // Not gated by the levels or the layer's state: the registry must know every stream the program
 // ever created, from its first call on. A runtime hook that is forwarding already did this.
 
@@ -365,7 +365,7 @@ CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int 
         return CUDA_ERROR_NOT_INITIALIZED;
     int observe = !cci_pl_forwarding();
     // Before the stream exists: blocks freed at once until now must have no work left
-    // (stream_registry.h, the switch), and no return to ordered until it is registered.
+    // (stream_rule.h, the switch), and no return to ordered until it is registered.
     if (observe)
         cci_rule_stream_create_begin(flags);
     CUresult rc = with_priority ? t->cuStreamCreateWithPriority(s, flags, priority)
@@ -383,7 +383,7 @@ CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
     CUresult (*real)(CUstream) = v2 ? t->cuStreamDestroy_v2 : t->cuStreamDestroy;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    // Its last work stays covered by every fence until it has run (backend_cuda_fence.c).
+    // Its last work stays covered by every fence until it has run (cuda/fence.c).
     if (!cci_pl_forwarding())
         cci_cuda_stream_destroyed(s);
     return real(s);
@@ -452,7 +452,7 @@ CUresult cci_pl_cu_end_capture(CUstream s, CUgraph *g, int ptsz)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (cci_pl_forwarding())
         return real(s, g);
-    // As the runtime's end (streams.c): the stream's state before and after says whether a
+    // As the runtime's end (intercept/streams.c): the stream's state before and after says whether a
     // capture ended, not the return code.
     int was = cci_stream_driver_capturing(s, ptsz) == 1;
     CUresult rc = real(s, g);

@@ -17,10 +17,10 @@ CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdevi
 CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr);
 CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2);
 CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2);
-/// Streams and peer access, observed for the stream rule (stream_registry.h).
+/// Streams and peer access, observed for the stream rule (stream_rule.h).
 CUresult cci_pl_cu_stream_create(CUstream *s, unsigned flags, int priority, int with_priority);
 CUresult cci_pl_cu_stream_destroy(CUstream s, int v2);
-/// Captures begun and ended through the driver, counted as the runtime's are (streams.h).
+/// Captures begun and ended through the driver, counted as the runtime's are (cuda/captures.h).
 CUresult cci_pl_cu_begin_capture(CUstream s, CUstreamCaptureMode mode, int ptsz);
 CUresult cci_pl_cu_begin_capture_v1(CUstream s, int ptsz);
 CUresult cci_pl_cu_begin_capture_to_graph(CUstream s, CUgraph g, const CUgraphNode *deps,

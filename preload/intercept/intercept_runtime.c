@@ -48,7 +48,7 @@ static cudaError_t runtime_error(cudaError_t code)
 // cudaGetDevice (61 ns a call on the H100 host): this runs on every cudaMalloc. Anything else (no
 // context yet in this thread, a context of the program's own) asks the runtime.
 //
-// One device (issue 15): when the driver shows the process exactly one device, the runtime's
+// One device: when the driver shows the process exactly one device, the runtime's
 // current device can only be 0 (cudaSetDevice refuses every other ordinal, and the count is fixed
 // at cuInit), and the question above can only answer 0 or fail; it fails only when neither the
 // driver nor the runtime can answer (the runtime not initialised, or unusable). So once one
@@ -220,7 +220,7 @@ cudaError_t cci_pl_free(void *p)
 // The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
 // (the exported functions below): `ptsz` is then a constant, so neither the flag nor what follows
 // from it (the real entry point, the name in a message) is kept in a register across the call
-// into the allocator (issue 15).
+// into the allocator.
 static inline __attribute__((always_inline)) cudaError_t malloc_async(void **p, size_t size, cudaStream_t s,
                                                                       int ptsz)
 {
@@ -317,7 +317,7 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
     return rc;
 }
 
-// ---- streams and peer access (issue 12): observed for the stream rule ----------------------
+// ---- streams and peer access: observed for the stream rule ------ ----------------------
 // Not gated by the levels or the layer's state (the registry must see every stream from the
 // first call on). Marked forwarding, so that a real cudart's call into our driver wrappers is
 // not observed twice.
@@ -326,7 +326,7 @@ cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, 
 {
     const cci_real_runtime *rt = cci_real_rt();
     cci_pl_forwarding_begin();
-    // Before the stream exists (stream_registry.h, the switch), and no return to ordered until
+    // Before the stream exists (stream_rule.h, the switch), and no return to ordered until
     // it is registered.
     unsigned kind = which == CCI_STREAM_CREATE_PLAIN ? 0 : flags;
     cci_rule_stream_create_begin(kind);

@@ -18,7 +18,7 @@ cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b);
 cudaError_t cci_pl_device_reset(void);
 cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p);
 
-/// Streams and peer access, observed for the stream rule (stream_registry.h). `which` says
+/// Streams and peer access, observed for the stream rule (stream_rule.h). `which` says
 /// which creation entry point the program called.
 enum { CCI_STREAM_CREATE_PLAIN, CCI_STREAM_CREATE_FLAGS, CCI_STREAM_CREATE_PRIORITY };
 cudaError_t cci_pl_stream_create(cudaStream_t *s, unsigned flags, int priority, int which);

@@ -13,7 +13,7 @@
 // no real stream handle (a user-space pointer, < 2^48 on every 64-bit target) can take.
 #define PER_THREAD_KEY_BASE 0xffff000000000000ull
 static _Atomic uint64_t next_thread_key;
-_Thread_local uint64_t cci__thread_key __attribute__((tls_model("initial-exec")));  // see serve.c
+_Thread_local uint64_t cci__thread_key __attribute__((tls_model("initial-exec")));  // see serve/serve.c
 
 uint64_t cci__stream_key_per_thread(void)
 {

@@ -30,7 +30,7 @@
 // it, and only linking it takes a lock. A chunk keeps the records as the thread cache logged them
 // (cci_fast_event: the stream itself, the time stamp that merges the threads' chunks, a free
 // reusable at once as one record for its request and completion): a record-by-record translation
-// had cost ~20 instructions a served allocation or free (issue 15). They are translated once,
+// had cost ~20 instructions a served allocation or free. They are translated once,
 // when the history becomes a trace (merge_chunks). A full log is kept as it is when the cache
 // lets us (cci_batch_fn: it becomes the chunk's records, and the cache takes a new log), which a
 // fast loop's batches all are; the others are copied.
@@ -46,7 +46,7 @@ typedef struct chunk {
 // of more than ~200 records) gets a block of its own. Where the thread caches rarely serve (the
 // mixed workload: sizes that seldom repeat), every locked section's stop hands over the one or two
 // records the thread's fast paths logged since the previous one, and a malloc for each of those
-// chunks had cost more than the rest of the history's work (session 7).
+// chunks had cost more than the rest of the history's work (callgrind, commit 0e13f7f).
 #define SLAB_BYTES ((size_t)64 << 10)
 #define SLAB_CHUNK_MAX (SLAB_BYTES / 8)
 typedef struct slab {
@@ -109,7 +109,7 @@ static int record_w1(const cci_event *ev, uint64_t *w1)
 }
 
 // A stream other than the last one's slot. Out of line, as the marks' growth below: the observer
-// itself then needs no registers saved around it (session 9: 10 instructions an event).
+// itself then needs no registers saved around it (callgrind: 10 instructions an event, commit be4dc09).
 static __attribute__((noinline)) unsigned stream_slot_search(cci_history *h, uint64_t stream)
 {
     for (unsigned i = 0; i < h->nstreams; i++)

@@ -21,7 +21,7 @@
 /// resolver can ask it from any context.
 int cci_pl_levels(void);
 
-/// The hooks' gate, one load on the fast path (issue 15): the CCI_LEVEL_* bits of the levels
+/// The hooks' gate, one load on the fast path: the CCI_LEVEL_* bits of the levels
 /// that serve now, i.e. cci_pl_levels() once the layer is active (cci_state_active()), 0 when it
 /// passes through; -1 until that is decided. Both answers are final for the process (the mode
 /// is decided once, the settings are read once), so one relaxed load per call is enough.

@@ -22,7 +22,7 @@
 #include "captures.h"
 #include "observers.h"
 
-// The fast paths below are inline (issue 15): every served cudaMalloc/cudaFree runs them, and a
+// The fast paths below are inline: every served cudaMalloc/cudaFree runs them, and a
 // call frame per layer (hook, level, serving layer, core) had cost as much as their work. Only
 // the rare outcomes (out of memory, a bad pointer, an owner the address map cannot name) are
 // out of line, in serve.c.
@@ -52,7 +52,7 @@ int cci__serve_alloc_failed(int level, int device, size_t size, int rc);
 static inline int cci_serve_alloc(int level, int device, size_t size, uint64_t stream, uintptr_t *addr)
 {
     // Before the allocator is asked (no lock held): a second thread or device switches the
-    // stream rule, synchronising the devices first (stream_registry.h).
+    // stream rule, synchronising the devices first (stream_rule.h).
     cci_rule_note_thread();
     cci_rule_note_device(device);
     cci_allocator *a = cci_state_allocator(device);
@@ -70,12 +70,12 @@ static inline int cci_serve_alloc(int level, int device, size_t size, uint64_t s
 // ---- release -------------------------------------------------------------------------------
 
 /// The mode of a free that waits for the device in CUDA (cudaFree, cuMemFree), by the stream rule
-/// (stream_registry.h): NOW while the program's work can only be ordered (or under
+/// (stream_rule.h): NOW while the program's work can only be ordered (or under
 /// immediate_reuse:True), FENCED after the switch, DEFERRED while a capture may be underway.
 static inline cci_free_mode cci_serve_sync_free_mode(void)
 {
     // A real cudaFree waits for the device, so work still queued anywhere may use the block. The
-    // stream rule (stream_registry.h) says when that work can only be ordered before the next
+    // stream rule (stream_rule.h) says when that work can only be ordered before the next
     // owner's: then the block is reusable at once; otherwise it waits for a fence on every stream
     // that may use it. During a capture nothing may be recorded: the block waits for a later
     // synchronisation, as before. immediate_reuse:True: always at once (unsafe, documented).

@@ -47,7 +47,7 @@
 // Tried on fenced frees only, and only every few of them (a retired event costs a query).
 //
 // THE BARRIER. PyTorch's backward pass runs on its own thread, so training on one GPU without side
-// streams is fenced for "a second host thread" (encoder on the H100, session 9: 2 238 fences,
+// streams is fenced for "a second host thread" (encoder on the H100, commit 8f9a848: 2 238 fences,
 // 1.5 s of host waits a process). Yet every stream such a program can use is ordered through the
 // legacy stream: blocking streams and per-thread default streams wait for earlier legacy work, and
 // the legacy stream for their earlier work (ordering facts 1 and 3). So the fence's own event,
