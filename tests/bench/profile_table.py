@@ -18,17 +18,18 @@ from collections import defaultdict
 
 # (category, test on the source file or object) in order; the first that matches wins.
 CATEGORIES = [
-    ("hooks (exported entry points)", lambda f, o: re.search(r"preload/hooks_(runtime|driver)\.c$", f)),
-    ("intercept_*, levels, real, state", lambda f, o: re.search(
-        r"preload/(intercept_\w+|levels|real|state|resolver|dlsym_hook|lifecycle|settings)\.[ch]$", f)),
-    ("serve", lambda f, o: re.search(r"preload/serve\.[ch]$", f)),
-    ("stream registry, rule checks", lambda f, o: re.search(r"preload/(stream_registry|streams)\.[ch]$", f)),
-    ("backend (fences, segments)", lambda f, o: re.search(r"preload/backend_cuda\w*\.[ch]$", f)),
+    ("hooks (exported entry points)", lambda f, o: re.search(r"preload/hooks/hooks_(runtime|driver)\.c$", f)),
+    ("intercept, levels, base, state", lambda f, o: re.search(
+        r"preload/(intercept/\w+|serve/(levels|state)|base/\w+|hooks/(resolver|dlsym_hook)|lifecycle)\.[ch]$", f)),
+    ("serve", lambda f, o: re.search(r"preload/serve/(serve|observers|addr_map)\.[ch]$", f)),
+    ("stream registry, rule checks", lambda f, o: re.search(
+        r"preload/(serve/stream_rule|cuda/stream_registry|cuda/captures)\.[ch]$", f)),
+    ("backend (fences, segments)", lambda f, o: "preload/cuda/" in f),
     ("uthash (macros, inlined)", lambda f, o: f.endswith("uthash.h")),
     ("core: cci_malloc, cci_free", lambda f, o: "src/core/" in f),
-    ("observer: history", lambda f, o: f.endswith("preload/history.c")),
+    ("observer: history", lambda f, o: f.endswith("preload/observe/history.c")),
     ("observer: timeline", lambda f, o: "src/report/report_timeline" in f),
-    ("observer: callsites", lambda f, o: re.search(r"preload/(callsites|python_frames)\.[ch]$", f)),
+    ("observer: callsites", lambda f, o: re.search(r"preload/observe/(callsites|python_frames)\.[ch]$", f)),
     ("observer: trace", lambda f, o: "src/trace/" in f),
     ("report, other preload", lambda f, o: "src/report/" in f or "/preload/" in f),
     ("the fake CUDA", lambda f, o: "tests/fake/" in f or re.search(r"lib(cudart|cuda)\.so", o)),
