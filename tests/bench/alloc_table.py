@@ -88,8 +88,8 @@ def run_config(label, exe, api, preload, env_extra, args, log_dir):
     return res
 
 
-# Issue 15's table: one row per path, sizes across. (row name, configuration label)
-ISSUE_ROWS = [("raw cudaMalloc+cudaFree", "raw malloc"),
+# The path-by-size table: one row per path, sizes across. (row name, configuration label)
+PATH_ROWS = [("raw cudaMalloc+cudaFree", "raw malloc"),
               ("raw cudaMallocAsync+cudaFreeAsync", "raw async"),
               ("ours default, runtime hooks", "ours default"),
               ("ours default, driver hooks (static)", "static ours default"),
@@ -98,15 +98,15 @@ ISSUE_ROWS = [("raw cudaMalloc+cudaFree", "raw malloc"),
               ("ours async pair, driver hooks (static)", "static ours async"),
               ("ours expandable_segments, runtime hooks", "ours expandable"),
               ("ours compact_segments, runtime hooks", "ours compact")]
-ISSUE_SIZES = [512, 1 << 20, 20 << 20, 256 << 20]
+TABLE_SIZES = [512, 1 << 20, 20 << 20, 256 << 20]
 
 
-def issue_table(title, med, mixed):
-    """Prints issue 15's layout from the same results; a configuration not run shows '-'."""
-    print(f"\n{title}, issue 15's layout: median ns per pair (mixed: ns/op)")
-    print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>10}" for s in ISSUE_SIZES) + f"{'mixed':>10}")
-    for name, label in ISSUE_ROWS:
-        print(f"{name:<40}" + "".join(f"{fmt_ns(med(label, s)):>10}" for s in ISSUE_SIZES)
+def path_table(title, med, mixed):
+    """Prints the path-by-size table from the same results; a configuration not run shows '-'."""
+    print(f"\n{title}, path by size: median ns per pair (mixed: ns/op)")
+    print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>10}" for s in TABLE_SIZES) + f"{'mixed':>10}")
+    for name, label in PATH_ROWS:
+        print(f"{name:<40}" + "".join(f"{fmt_ns(med(label, s)):>10}" for s in TABLE_SIZES)
               + f"{fmt_ns(mixed(label)):>10}")
 
 
@@ -140,7 +140,7 @@ def main():
             ("ours default", args.exe, "malloc", True, {}),
             ("ours immediate", args.exe, "malloc", True, imm),
             ("ours async", args.exe, "async", True, {}),
-            # Issue 13: a cached pair in the VMM modes costs what it costs with ordinary segments
+            # The VMM modes' target: a cached pair costs what it costs with ordinary segments
             # (the driver's VMM calls happen only when the pool grows or shrinks).
             ("ours expandable", args.exe, "malloc", True, {"CCI_ALLOC_CONF": "expandable_segments:True"}),
             ("ours compact", args.exe, "malloc", True, {"CCI_ALLOC_CONF": "compact_segments:True"})]
@@ -220,14 +220,14 @@ def main():
         print(f"static-cudart build: raw malloc 1 MiB {fmt_ns(med('static raw malloc', 1 << 20))}, "
               f"raw async {fmt_ns(med('static raw async', 1 << 20))}, under the preload "
               f"{fmt_ns(med('static ours default', 1 << 20))} (preload served {served} allocations)")
-    issue_table(args.title, med, mixed)
+    path_table(args.title, med, mixed)
     if args.rounds > 1:
         print(f"\n{args.title}: range over the {args.rounds} rounds (min-max of each process's median; "
               f"mixed: best warm pass)")
-        print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>16}" for s in ISSUE_SIZES) + f"{'mixed':>16}")
-        for name, label in ISSUE_ROWS:
+        print(f"{'path':<40}" + "".join(f"{SIZE_NAMES[s]:>16}" for s in TABLE_SIZES) + f"{'mixed':>16}")
+        for name, label in PATH_ROWS:
             cells = []
-            for size in ISSUE_SIZES + [None]:
+            for size in TABLE_SIZES + [None]:
                 sp = spread(label, size)
                 cells.append(f"{fmt_ns(sp[0])}-{fmt_ns(sp[1])}" if sp else "-")
             print(f"{name:<40}" + "".join(f"{c:>16}" for c in cells))

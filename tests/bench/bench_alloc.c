@@ -65,8 +65,8 @@ static int setup(void)
     return rc == cudaSuccess ? 0 : 1;
 }
 
-// What one pass of the mixed workload asked of the device, counted, not timed (issue 13: in the
-// VMM modes the driver's VMM calls must happen only when the pool grows or shrinks). From the
+// What one pass of the mixed workload asked of the device, counted, not timed (the VMM modes'
+// target: the driver's VMM calls must happen only when the pool grows or shrinks). From the
 // preload's statistics on any machine: the allocated peak's rise (a pass that raises it may have to
 // grow the pool), the growths (num_device_alloc: one per segment or VMM mapping run) and the
 // give-backs (num_device_free); against the fake CUDA also the driver's own VMM call counters
@@ -136,9 +136,10 @@ int main(int argc, char **argv)
     const char *label = "";
     uint64_t budget = 300000000ull;  // ns per size
     uint64_t warmup_ns = 0;
-    // Mixed: the first pass is cold; the best of passes 2-3 is the "warm" figure (as since session
-    // 3). Passes 4-5 are printed too: the workload is a random walk whose allocated peak still rises
-    // in pass 3, so a pass after it shows the pool in steady state (each pass's counts say which).
+    // Mixed: the first pass is cold; the best of passes 2-3 is the "warm" figure (as in every
+    // earlier table). Passes 4-5 are printed too: the workload is a random walk whose allocated
+    // peak still rises in pass 3, so a pass after it shows the pool in steady state (each pass's
+    // counts say which).
     int passes = 5;
     const int warm_last = 3;
     for (int i = 1; i < argc; i++) {

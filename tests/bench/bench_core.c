@@ -208,9 +208,9 @@ static void thread_table(long pairs)
 int main(int argc, char **argv)
 {
     // 2 million pairs a thread: at ~20 ns a pair, 200 000 lasted ~4 ms, and a thread that started
-    // late or lost its CPU for a moment decided the whole figure. On the H100 host (session 6) the
-    // same build read 1.83-2.91x at 8 threads with 200 000 pairs, 5.28x with 2 million and 5.62x
-    // with 20 million.
+    // late or lost its CPU for a moment decided the whole figure. On the H100 host the same build
+    // read 1.83-2.91x at 8 threads with 200 000 pairs, 5.28x with 2 million and 5.62x with 20
+    // million (docs/benchmarks.md, "where the wall-time noise comes from", 2026-11-23, 68e0b50).
     long pairs = 2000000;
     int mixed_only = 0, threads_only = 0;
     for (int i = 1; i < argc; i++) {

@@ -65,8 +65,9 @@ static inline bu_result bu_measure(bu_pair_fn fn, void *ctx, unsigned max_sample
     // Three pairs took the first segment and the lazy initialisation, but not what a path only
     // pays during its first thousands of calls (first touches of per-thread logs and history
     // chunks, the CPU's clock ramping up after start-up): the first size measured had shown a
-    // median twice the others' and a p99 of 2.2 us on the H100 host (session 4). Time-bounded, so
-    // a slow raw path (300 us a pair) spends no more than a fast one.
+    // median twice the others' and a p99 of 2.2 us on the H100 host (docs/benchmarks.md,
+    // "steady-state wall time, fence costs, merged fast path", 2026-11-23, 8f73f86). Time-bounded,
+    // so a slow raw path (300 us a pair) spends no more than a fast one.
     uint64_t warm_start = bu_now_ns();
     for (int i = 0; i < 3 || bu_now_ns() - warm_start < BU_WARMUP_NS; i++)
         if ((r.error = fn(ctx)) != 0)

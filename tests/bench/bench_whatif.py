@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Exit-replay benchmark (issue 16's target: a 400 000-event history replayed at exit within the
+"""Exit-replay benchmark (the target: a 400 000-event history replayed at exit within the
 default 2 s bound on this machine's cores). Runs tests/bench/whatif_workload under the preload on
 the fake CUDA with a JSON exit report, and prints from the report's what_if_replay object the
 events replayed, the replay's wall clock and how many of the grid's configurations finished

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The closing tables of scripts/gpu-check.sh and scripts/gpu-bench.sh, from what they left in $OUT.
+"""The closing tables of scripts/gpu-check.sh and scripts/gpu-bench.sh, from the logs they left in
+their log folder (LOG_DIR below).
 
-  gpu_report.py check OUT     workloads (WORKLOADS) in every configuration (CONFIGS) vs native,
-                              over every round; exit 1 on a result_sum mismatch or a failed run
-  gpu_report.py ddp OUT       the DDP rows (scripts/gpu-ddp.sh): wall time, and per rank the
-                              allocator's and NVML's peaks vs native; exit 1 as for check
-  gpu_report.py bench OUT     every ratio of the benchmark run, with the targets of issue 7
+  gpu_report.py check LOG_DIR   workloads (WORKLOADS) in every configuration (CONFIGS) vs native,
+                                over every round; exit 1 on a result_sum mismatch or a failed run
+  gpu_report.py ddp LOG_DIR     the DDP rows (scripts/gpu-ddp.sh): wall time, and per rank the
+                                allocator's and NVML's peaks vs native; exit 1 as for check
+  gpu_report.py bench LOG_DIR   every ratio of the benchmark run, each with its target where it
+                                has one
 
-Inputs: OUT/torch-<workload>-<config>-r<round>.log (a torch_run.py JSON line among the output; a
-lone torch-<workload>-<config>.log is round 1), OUT/ddp-<config>-r<round>.log (ddp_encoder.py),
-OUT/report-ddp-stacks-rank<r>.json (the preload's report under CCI_STACKS), OUT/bench_alloc.json
-(alloc_table.py), OUT/torch_loop-<config>.log (torch_loop.py).
+Inputs: LOG_DIR/torch-<workload>-<config>-r<round>.log (a torch_run.py JSON line among the output;
+a lone torch-<workload>-<config>.log is round 1), LOG_DIR/ddp-<config>-r<round>.log
+(ddp_encoder.py), LOG_DIR/report-ddp-stacks-rank<r>.json (the preload's report under CCI_STACKS),
+LOG_DIR/bench_alloc.json (alloc_table.py), LOG_DIR/torch_loop-<config>.log (torch_loop.py).
 """
 import json
 import os
@@ -34,8 +36,8 @@ def last_json(path, key):
         return None
 
 
-def workload(out, name, config):
-    return last_json(os.path.join(out, f"torch-{name}-{config}.log"), "workload")
+def workload(log_dir, name, config):
+    return last_json(os.path.join(log_dir, f"torch-{name}-{config}.log"), "workload")
 
 
 def peak_reserved(r, ours):
@@ -70,30 +72,30 @@ CHECK_LABELS = {
 }
 
 
-def load_rounds(out, stem, key):
-    """{round: JSON line or None} from OUT/STEM-r<k>.log (None: the run left no result). A lone
-    OUT/STEM.log, as written before REPEATS, counts as round 1."""
+def load_rounds(log_dir, stem, key):
+    """{round: JSON line or None} from LOG_DIR/STEM-r<k>.log (None: the run left no result). A lone
+    LOG_DIR/STEM.log, as written before REPEATS, counts as round 1."""
     rounds = {}
     try:
-        names = os.listdir(out)
+        names = os.listdir(log_dir)
     except OSError:
         return rounds
     for name in names:
         m = re.fullmatch(re.escape(stem) + r"-r(\d+)\.log", name)
         if m:
-            rounds[int(m.group(1))] = last_json(os.path.join(out, name), key)
-    if not rounds and os.path.exists(os.path.join(out, f"{stem}.log")):
-        rounds[1] = last_json(os.path.join(out, f"{stem}.log"), key)
+            rounds[int(m.group(1))] = last_json(os.path.join(log_dir, name), key)
+    if not rounds and os.path.exists(os.path.join(log_dir, f"{stem}.log")):
+        rounds[1] = last_json(os.path.join(log_dir, f"{stem}.log"), key)
     return rounds
 
 
 # DDP's result_sum is not bit-reproducible natively: in ten identical trials of one torchrun job
-# on two H200s (session 10, with and without torch.use_deterministic_algorithms) every trial's
+# on two H200s (with and without torch.use_deterministic_algorithms) every trial's
 # per-step losses differed from the others' in their last bit (NCCL and the backward pass's
 # reductions), and the sum of 44 losses (~43.8) came out 1 ulp apart once in 30 runs of ours and
 # of immediate reuse. A block reused early changes a loss at the 1e-3 level or makes it NaN. So the
 # DDP check allows a relative difference of DDP_SUM_REL_TOL (about 11 ulps at that sum); the
-# single-GPU workloads stay exact.
+# single-GPU workloads stay exact. (docs/benchmarks.md, "DDP on two GPUs", 2026-11-24, b27df32.)
 DDP_SUM_REL_TOL = 1e-6
 
 
@@ -162,7 +164,7 @@ TIME_HEADER = (f"{'':<10}{'configuration':<22}{'runs':>5}{'median s':>10}{'min-m
                f"  verdict (target: within {TIME_TARGET * 100:.0f} % of native)")
 
 
-def check(out):
+def check(log_dir):
     """Per workload and configuration over every round: peak reserved (median and max) and wall
     time (median) against PyTorch native in one table, then the wall-time verdicts. Ours is read
     from the preload's statistics (PyTorch's reserved figure means nothing with its cache off).
@@ -179,8 +181,8 @@ def check(out):
     print(f"{'workload':<10}{'configuration':<22}{'peak reserved':>15}{'peak max':>10}{'x native':>10}{'x alloc':>9}"
           f"{'seconds':>10}{'x native':>10}  {'result_sum':>22}  match  {'syncs':>6} {'fences':>7} {'waits':>6} {'catch-ups':>9}")
     for w in workloads:
-        runs = {c: load_rounds(out, f"torch-{w}-{c}", "workload") for c in configs}
-        native = runs.get("native") or load_rounds(out, f"torch-{w}-native", "workload")
+        runs = {c: load_rounds(log_dir, f"torch-{w}-{c}", "workload") for c in configs}
+        native = runs.get("native") or load_rounds(log_dir, f"torch-{w}-native", "workload")
         nrounds = max([nrounds] + [len(r) for r in runs.values()])
         good_native = {r: x for r, x in native.items() if x}
         if not good_native:
@@ -246,7 +248,7 @@ def check(out):
     return 1 if bad else 0
 
 
-def bench(out):
+def bench(log_dir):
     rows = []  # (figure, ours, anchor, ratio text, target, verdict)
 
     def add(fig, ours, anchor, ratio, target="", ok=None):
@@ -254,7 +256,7 @@ def bench(out):
 
     ba = None
     try:
-        with open(os.path.join(out, "bench_alloc.json")) as fh:
+        with open(os.path.join(log_dir, "bench_alloc.json")) as fh:
             ba = json.load(fh)
     except (OSError, ValueError):
         pass
@@ -270,8 +272,8 @@ def bench(out):
         return f(v, ".0f", " ns") + ("" if q is None else f" (p99 {q:.0f})")
 
     if ba:
-        # Issue 15's targets, each against its anchor in the same run: a cached default pair
-        # <= 100 ns at every size through the runtime and the driver hooks, >= 12x under
+        # The hook fast path's targets, each against its anchor in the same run: a cached default
+        # pair <= 100 ns at every size through the runtime and the driver hooks, >= 12x under
         # cudaMallocAsync+cudaFreeAsync; the same-stream async pair through our hooks <= 60 ns;
         # the mixed workload <= 150 ns/op on every path. The table holds each configuration's
         # median over alloc_table.py's rounds.
@@ -297,10 +299,11 @@ def bench(out):
             d = r.get(label)
             add(f"mixed workload: {label}", f(d, ".0f", " ns/op"), f(a, ".0f", " ns/op"), rx(div(a, d)),
                 "<= 150 ns/op", d <= 150 if d is not None else None)
-        # The H100 host runs each process at one of two speeds (session 10: a cached pair cost ~48
-        # or ~78 ns a process, the session's old and new code alike), and a median over three
-        # processes lands on either. So the same targets are judged on each configuration's
-        # fastest process too (the lowest of its processes' figures), beside the medians above.
+        # The H100 host runs each process at one of two speeds (a cached pair cost ~48 or ~78 ns a
+        # process, older and newer code alike: docs/benchmarks.md, "the H100 host's two speeds",
+        # 2026-11-24, 30571c4), and a median over three processes lands on either. So the same
+        # targets are judged on each configuration's fastest process too (the lowest of its
+        # processes' figures), beside the medians above.
         def fastest(label, pick):
             procs = (ba["results"].get(label) or {}).get("rounds") or []
             vals = [v for v in (pick(x) for x in procs) if v is not None]
@@ -330,7 +333,7 @@ def bench(out):
     # cudart adds in front of them, medians over its rounds. Figures only: the target above is the
     # static row's.
     try:
-        with open(os.path.join(out, "driver_table.json")) as fh:
+        with open(os.path.join(log_dir, "driver_table.json")) as fh:
             drv = json.load(fh)
     except (OSError, ValueError):
         drv = {}
@@ -343,7 +346,7 @@ def bench(out):
 
     core = {}
     try:
-        with open(os.path.join(out, "bench_core.txt")) as fh:
+        with open(os.path.join(log_dir, "bench_core.txt")) as fh:
             for line in fh:
                 parts = line.split()
                 if len(parts) == 3 and parts[0].isdigit() and parts[2].endswith("x"):
@@ -353,9 +356,9 @@ def bench(out):
     if 1 in core and 8 in core:
         add("core, 8 threads vs 1 (pairs/s)", f"{core[8][0] / 1e6:.1f} M/s", f"{core[1][0] / 1e6:.1f} M/s",
             rx(core[8][1]), ">= 4x", core[8][1] >= 4)
-    # Issue 15's thread target through the hooks: 8 threads on their own streams against one.
+    # The fast path's thread target through the hooks: 8 threads on their own streams against one.
     try:
-        with open(os.path.join(out, "bench_threads.json")) as fh:
+        with open(os.path.join(log_dir, "bench_threads.json")) as fh:
             thread_rows = dict(json.load(fh).get("results", []))
     except (OSError, ValueError, TypeError):
         thread_rows = {}
@@ -368,7 +371,7 @@ def bench(out):
                 rx(eight / one), ">= 4x" if target else "", (eight / one >= 4) if target else None)
 
     def loop(config):
-        r = last_json(os.path.join(out, f"torch_loop-{config}.log"), "label")
+        r = last_json(os.path.join(log_dir, f"torch_loop-{config}.log"), "label")
         return {s["bytes"]: s["median_ns"] for s in r["sizes"]} if r else {}
 
     native, ours, raw = loop("native"), loop("ours"), loop("nocache-raw")
@@ -382,14 +385,14 @@ def bench(out):
 
     bad = []
     for w in WORKLOADS:
-        n = workload(out, w, "native")
+        n = workload(log_dir, w, "native")
         if not n:
-            ran = os.path.exists(os.path.join(out, f"torch-{w}-native.log"))
+            ran = os.path.exists(os.path.join(log_dir, f"torch-{w}-native.log"))
             add(f"{w}: end to end", "native run failed" if ran else "not run", "", "")
             continue
         for config, label in (("expandable", "expandable_segments"), ("async", "backend:cudaMallocAsync"),
                               ("ours", "ours"), ("ours-immediate", "ours immediate_reuse")):
-            o = workload(out, w, config)
+            o = workload(log_dir, w, config)
             if not o:
                 add(f"{w}: {label}", "run failed", "", "")
                 continue
@@ -448,11 +451,11 @@ def callers_at_peak(report, device=None):
     return res
 
 
-def ddp_callers(out):
+def ddp_callers(log_dir):
     """Lines saying how much of our reserved peak other callers than PyTorch asked for, from the
     one untimed run under CCI_STACKS (report-ddp-stacks-rank<r>.json)."""
     mib = 1 << 20
-    files = sorted(n for n in (os.listdir(out) if os.path.isdir(out) else [])
+    files = sorted(n for n in (os.listdir(log_dir) if os.path.isdir(log_dir) else [])
                    if re.fullmatch(r"report-ddp-stacks-rank\d+\.json", n))
     if not files:
         return ["Callers at our reserved peak: n/a (no CCI_STACKS run: STACKS_RUN=1 gives it)"]
@@ -461,7 +464,7 @@ def ddp_callers(out):
     for name in files:
         rank = re.search(r"rank(\d+)", name).group(1)
         try:
-            with open(os.path.join(out, name)) as fh:
+            with open(os.path.join(log_dir, name)) as fh:
                 c = callers_at_peak(json.load(fh))
         except (OSError, ValueError) as e:
             lines.append(f"  rank {rank}: n/a ({name}: {e})")
@@ -476,20 +479,20 @@ def ddp_callers(out):
     return lines
 
 
-MEMORY_TARGET = 0.10   # issue 12: DDP peak reserved within 10 % of native per rank
+MEMORY_TARGET = 0.10   # DDP's target: peak reserved within 10 % of native per rank
 
 
-def ddp(out):
+def ddp(log_dir):
     """The DDP rows: wall time over the rounds with its verdict, then per rank the allocator's
     peak reserved and NVML's device peak (median and max over the rounds) against native. The
     allocator figures are not like for like (native: PyTorch's cache only; ours: every cudaMalloc
     of the process); NVML's are. Fails on a missing run or a result_sum differing from native's."""
     configs = os.environ.get("CONFIGS", "native ours ours-immediate").split()
-    runs = {c: load_rounds(out, f"ddp-{c}", "workload") for c in configs}
-    native = {r: x for r, x in (runs.get("native") or load_rounds(out, "ddp-native", "workload")).items() if x}
+    runs = {c: load_rounds(log_dir, f"ddp-{c}", "workload") for c in configs}
+    native = {r: x for r, x in (runs.get("native") or load_rounds(log_dir, "ddp-native", "workload")).items() if x}
     sums = dict(runs)
-    if os.path.exists(os.path.join(out, "ddp-stacks.log")):   # the untimed call-site run must agree too
-        sums["stacks"] = {1: last_json(os.path.join(out, "ddp-stacks.log"), "workload")}
+    if os.path.exists(os.path.join(log_dir, "ddp-stacks.log")):   # the untimed call-site run must agree too
+        sums["stacks"] = {1: last_json(os.path.join(log_dir, "ddp-stacks.log"), "workload")}
     bad = check_result_sums("ddp", sums, DDP_SUM_REL_TOL)
     world = next((x["world"] for x in native.values()), None)
     nrounds = max([0] + [len(r) for r in runs.values()])
@@ -550,7 +553,7 @@ def ddp(out):
                   + ("(the reference)" if c == "native" else f"{verdict(xr)} / {verdict(xv)}")
                   + (f"  [NVML: {why}]" if v_med is None and why else ""))
     print()
-    for line in ddp_callers(out):
+    for line in ddp_callers(log_dir):
         print(line)
     for b in bad:
         print(f"FAILED: {b}")

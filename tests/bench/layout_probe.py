@@ -7,8 +7,8 @@
 Allocates its buffers once, then times a bf16 matmul (8192^2), an in-place add over 2 GiB and a
 random gather, with no allocation inside the timed loops: whatever differs between allocators
 here is the memory itself (page size, physical layout), not the allocator's calls. Prints one
-JSON line. Session 8 (docs/benchmarks.md): compact mode's 2 MiB pages run these kernels at
-native speed.
+JSON line. Compact mode's 2 MiB pages run these kernels at native speed (docs/benchmarks.md,
+"where compact mode's wall time is not", 2026-11-24, 46d4516).
 """
 
 import json

@@ -12,7 +12,7 @@ gpu_report.py reads the rounds back and judges them with time_figures().
 """
 import sys
 
-TIME_TARGET = 0.03   # issue 12: wall time within 3 % of PyTorch native
+TIME_TARGET = 0.03   # the wall-time target: within 3 % of PyTorch native
 
 
 def rotated(configs, round_no):
@@ -66,9 +66,9 @@ def fastest_ratio(ours_runs, native_runs):
     """The fastest timed run of ours over native's fastest (every run of every process, each side).
 
     The H100 host runs each process at one of two speeds, host-bound code ~1.5x slower in the slow
-    one, and a process can change speed within seconds (session 11): the median of a few processes
-    lands in either cluster, and ratios of medians jumped between 1.00 and 1.06 for the same build
-    (sessions 12-13). Over several processes each side's fastest run is one in the fast speed, so
+    one, and a process can change speed within seconds: the median of a few processes lands in
+    either cluster, and ratios of medians jumped between 1.00 and 1.06 for the same build
+    (docs/benchmarks.md, "the host's two speeds", 2026-11-24, 3dddbde). Over several processes each side's fastest run is one in the fast speed, so
     this ratio compares the two at one speed. Shown beside the verdict, never as one: a minimum has
     no interval worth the name. None when either side has no run."""
     o = [x for x in ours_runs if x]
@@ -86,9 +86,9 @@ def quartile_ratio(ours_runs, native_runs):
     """The first quartile of ours' timed runs over native's (every run of every process, each side).
 
     A second figure beside fastest_ratio that a single lucky run cannot move: with six timed runs a
-    process the quarter of the fastest runs holds runs of several processes. In session 14 (resnet,
-    24-60 runs a side) it read within 0.04 of the fastest and median ratios for every
-    configuration. Shown, never a verdict. None when either side has fewer than 4 runs."""
+    process the quarter of the fastest runs holds runs of several processes. On resnet (24-60 runs
+    a side) it read within 0.04 of the fastest and median ratios for every configuration
+    (docs/benchmarks.md, "more runs per configuration", 2026-11-24, 8124dec). Shown, never a verdict. None when either side has fewer than 4 runs."""
     o = [x for x in ours_runs if x]
     n = [x for x in native_runs if x]
     if len(o) < 4 or len(n) < 4:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""The GPU scripts' report logic on synthetic logs, without a GPU (issues 12 and 13's GPU rows).
+"""The GPU scripts' report logic on synthetic logs, without a GPU (the wall-time, DDP and VMM rows).
 
   test_gpu_report.py
 
-Covers gpu_report.py bench (issue 15's targets from the medians over alloc_table.py's rounds), repeat_stats.py (round order, median, spread, paired ratio, the bootstrap interval, every verdict), gpu_report.py
+Covers gpu_report.py bench (the hook fast path's targets from the medians over alloc_table.py's rounds), repeat_stats.py (round order, median, spread, paired ratio, the bootstrap interval, every verdict), gpu_report.py
 check and ddp on logs written here as the scripts would leave them (medians and maxima over the
 rounds, a result_sum differing in one round -> exit 1, NVML figures absent -> "n/a", the callers
 at our reserved peak from a CCI_STACKS report), and nvml_peak.py's sampler and process choice
@@ -279,7 +279,7 @@ with tempfile.TemporaryDirectory() as d:
     rc, out = report("ddp", d, "native ours")
     check(rc == 1 and "FAILED: ddp/stacks round 1: result_sum 2.5" in out, "the stacks run's result_sum is checked too")
 
-# ---- bench: issue 15's targets, each figure the median over alloc_table.py's rounds ----------
+# ---- bench: the fast path's targets, each figure the median over alloc_table.py's rounds -----
 def alloc_result(ns_by_size, mixed, served=None):
     return {"sizes": [{"bytes": b, "median_ns": v, "p99_ns": v * 2} for b, v in ns_by_size.items()],
             "mixed_warm_ns_per_op": mixed, "served": served, "preload": True}

@@ -10,7 +10,7 @@ Offline (the fake CUDA; meson test --benchmark):
 
 On the GPU (scripts/gpu-bench.sh):
   thread_table.py --gpu --exe BENCH_THREADS_SHARED [--exe-static BENCH_THREADS_STATIC] --preload LIB
-  Issue 15's thread table: pairs/s at 1, 8 and 16 threads with the ratio to one thread.
+  The GPU thread table: pairs/s at 1, 8 and 16 threads with the ratio to one thread.
 
 ns/pair is per thread (threads / pairs per second): what one thread waits for a pair, its share of
 the CPUs included (16 threads on 2 CPUs wait at least 8x longer even with a perfect allocator).
@@ -127,7 +127,7 @@ def offline_table(args):
                 problems.append(f"{name.strip()}, {what}: {res['failed']}")
     print("core: the allocator core on the simulated device in the free mode the hooks use for that row "
           "(core-fenced: one stream key for all threads, fences that pass at once; core-now: the thread's own "
-          "key). hook/core = core pairs/s / hook pairs/s (issue 15's offline target: <= 1.5x).")
+          "key). hook/core = core pairs/s / hook pairs/s (the offline target: <= 1.5x).")
     return results, problems
 
 
@@ -163,7 +163,7 @@ def main():
     ap.add_argument("--exe-static", help="the static-cudart build (--gpu: the driver hooks' column)")
     ap.add_argument("--preload", required=True)
     ap.add_argument("--libdir")
-    ap.add_argument("--gpu", action="store_true", help="print issue 15's GPU table instead")
+    ap.add_argument("--gpu", action="store_true", help="print the GPU thread table instead")
     ap.add_argument("--budget-ms", type=int, default=200, help="per cell and process")
     ap.add_argument("--warmup-ms", type=int, default=300,
                     help="untimed pairs in each cell's threads before it is timed (bench_threads --warmup-ms)")

@@ -241,8 +241,8 @@ static void test_compact(void)
     consistent(&f, "compact, fragmented");
     // 672 MiB free in 3 MiB holes; a 400 MiB request cannot use them as they are. Compact mode
     // unmaps enough of their whole pages that the growth stays under the peak reserved (768 MiB),
-    // and maps those same pages again where the request fits. (Before issue 13 it unmapped every
-    // free page; keeping free pages mapped below the peak costs no peak and saves the calls.)
+    // and maps those same pages again where the request fits. (It used to unmap every free
+    // page; keeping free pages mapped below the peak costs no peak and saves the calls.)
     cci_vmm_counts before_big;
     cci_alloc_vmm_counts(f.a, &before_big);
     uintptr_t big = must_alloc(&f, 400 * MiB);
@@ -480,9 +480,9 @@ static void test_compact_other_stream(void)
     done(&f);
 }
 
-// One step of the seedfrag workload (benchmarks: fragmentation seed) on stream 0: ten tensors of
-// 4, 8, 12 or 16 MiB, every other one freed, a large one of 64, 72 or 80 MiB while the rest live,
-// then all freed. Sizes change from step to step with a period of 12 steps.
+// One step of the seedfrag workload (torch_workloads.py's fragmentation pattern) on stream 0: ten
+// tensors of 4, 8, 12 or 16 MiB, every other one freed, a large one of 64, 72 or 80 MiB while the
+// rest live, then all freed. Sizes change from step to step with a period of 12 steps.
 static void seedfrag_step(fixture *f, int k)
 {
     uintptr_t x[10];
@@ -602,16 +602,18 @@ static uint64_t calls_since(const cci_vmm_counts *n0, const cci_vmm_counts *n)
            (n->page_creates - n0->page_creates) + (n->page_releases - n0->page_releases);
 }
 
-// Issue 13: "a cached alloc+free pair no slower than with ordinary segments (VMM calls happen only
-// when the pool grows or shrinks)", on the benchmark's mixed workload (bench_util.h: 256 slots,
-// log-uniform 512 B .. 64 MiB, bench_alloc's random sequence), counted per pass of 20000 ops.
+// The VMM modes' target, "a cached alloc+free pair no slower than with ordinary segments (VMM
+// calls happen only when the pool grows or shrinks)", on the benchmark's mixed workload
+// (bench_util.h: 256 slots, log-uniform 512 B .. 64 MiB, bench_alloc's random sequence), counted
+// per pass of 20000 ops.
 // The workload is a random walk: its allocated peak still rises in passes 2, 3 and 5.
 // - expandable_segments:True never gives a page back on a free, and calls the driver only in a
 //   pass where reserved sets a new peak, mapping no more than that rise;
 // - compact_segments:True moves pages to keep reserved within its slack and churn ceiling of the
 //   allocated peak: it must stay under what expandable segments reserve on the same run, and its
-//   calls are printed (docs/benchmarks.md, session 6: on this workload the ceiling that would stop
-//   the moves is ~1.12x the allocated peak, past the 1.03x target).
+//   calls are printed (on this workload the ceiling that would stop the moves is ~1.12x the
+//   allocated peak, past the 1.03x target: docs/benchmarks.md, "VMM calls of the bench's
+//   workloads, counted per pass", 2026-11-23, 5ea29c9).
 enum { MIXED_PASSES = 6 };
 
 typedef struct mixed_run {

@@ -68,7 +68,7 @@ static void test_rounding(void)
 
     cci_config four = conf("roundup_power2_divisions:4");
     struct { size_t in, out; } div4[] = {
-        {1200 * MiB, 1280 * MiB},  // the issue's example: [1024, 2048) in steps of 256 MiB
+        {1200 * MiB, 1280 * MiB},  // PyTorch's documented example: [1024, 2048) in steps of 256 MiB
         {1024 * MiB, 1024 * MiB},  // a power of two stays
         {1025 * MiB, 1280 * MiB},
         {1000, 1024},              // not above 512 x 4: plain 512-byte rounding
@@ -288,7 +288,7 @@ static void test_deferred(void)
                8 * MiB, "cross-stream free stays pending");
     uintptr_t on2 = 0;
     cci_malloc(f.a, 8 * MiB, 2, &on2);
-    // Issue 12: stream 2 may get stream 1's memory, but only as a whole free segment handed over
+    // Stream 2 may get stream 1's memory, but only as a whole free segment handed over
     // after a fence on stream 1 passed (stream_handover.c), never a block of a live segment.
     CHECK(on2 != on1 || f.a->stream_handovers == 1, "stream 2 gets stream 1's block only by a handover");
     done(&f);

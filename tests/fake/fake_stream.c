@@ -226,7 +226,8 @@ bool unsafe_call_conflicts_locked(void)
 }
 
 /* A stream of the device (dev < 0: of any device) captures. cuCtxRecordEvent and
- * cuCtxWaitEvent refuse then (invalidating the capture, in every capture mode: H100, session 16). */
+ * cuCtxWaitEvent refuse then (invalidating the capture, in every capture mode, as on the H100:
+ * docs/benchmarks.md, "context fences", 2026-11-25, 885baee). */
 bool device_capture_locked(int dev, bool do_invalidate)
 {
     bool hit = false;

@@ -664,7 +664,8 @@ static void test_holds_waits_graphs(void)
     CHECK(cudaStreamDestroy(cap) == cudaSuccess);
 }
 
-/* Context events (CUDA 12.5) as the H100 showed them (session 16's probe): the record covers the
+/* Context events (CUDA 12.5) as a probe on the H100 showed them (docs/benchmarks.md, "context
+ * fences", 2026-11-25, 885baee): the record covers the
  * earlier work of every stream of the context (non-blocking, per-thread, destroyed but draining)
  * and no later work; a context wait holds later work of every stream, created later too; both
  * refuse during a capture of any mode and invalidate it. */

@@ -50,8 +50,8 @@ def preload_line(r):
 def reads_variable(lib, name):
     """Whether the library reads an environment variable: its name, alone, among the constants.
 
-    Other sessions add CCI_REPORT and CCI_TRACE; until the preload reads them, the checks that
-    need the file they name are reported as not run instead of failing.
+    A build whose preload does not read CCI_REPORT or CCI_TRACE does not name them; the checks
+    that need the file they name are then reported as not run instead of failing.
     """
     out = run(['readelf', '-p', '.rodata', lib]).stdout
     return any(line.split(']', 1)[-1].strip() == name for line in out.splitlines())

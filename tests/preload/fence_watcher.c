@@ -342,7 +342,7 @@ static void busy_stream(void)
            (unsigned long long)(st1.num_fence_records - st0.num_fence_records), (long long)(waiting >> 20),
            BUSY_ITERS * (int)(BIG >> 20), (unsigned long long)(st1.num_device_alloc - st0.num_device_alloc));
     CHECK(st1.num_fence_records - st0.num_fence_records >= 3, "fences kept coming during the loop");
-    // Each publication waits for B's sweep, whose wait grows with B's backlog (session 12, fake:
+    // Each publication waits for B's sweep, whose wait grows with B's backlog (on the fake, f4ab74d:
     // 54 % of the freed bytes still waited after the loop; 100 % with a new target each round).
     CHECK(waiting <= (int64_t)(BUSY_ITERS * 3 / 4) * (int64_t)BIG,
           "the watcher published while B stayed busy: at most 3/4 of the freed bytes still wait");

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Frees find their allocator through the address map (issue 15, item 3), on two fake devices.
+// Frees find their allocator through the address map, asking no other allocator, on two fake
+// devices; the scan of every allocator stays as the fallback.
 //
 //   free_owner map|scan
 //

@@ -35,7 +35,7 @@ static void *thread_b(void *arg)
     pthread_barrier_wait(&freed);
     void *q;
     CUDA_OK(cudaMallocAsync_ptsz(&q, N, 0));
-    // Issue 12: another stream may take a whole free segment once a fence on the old stream has
+    // Another stream may take a whole free segment once a fence on the old stream has
     // passed (src/core/stream_handover.c). So B gets A's block only after A's slow write landed.
     CHECK(q != a_block || ptest_all_bytes(q, N, 0xAA),
           "thread B does not get the block thread A freed on its per-thread stream before A's write ran");

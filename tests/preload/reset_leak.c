@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// No host memory lost per cudaDeviceReset or per fork child (issue 14, item 6): each used to
+// No host memory lost per cudaDeviceReset or per fork child: each used to
 // leave the old report timeline behind (~41 KB), without bound for a program that resets in a
 // loop or a process tree that forks generation after generation. Measured with mallinfo2, which
 // counts what the process's heap holds, the layer's bookkeeping included.

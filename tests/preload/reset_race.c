@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cudaDeviceReset while other threads read the device's allocator (issue 14, item 1): the
+// cudaDeviceReset while other threads read the device's allocator: the
 // live-report dumper woken by SIGUSR1 every 2 ms ("signal"), or threads that allocate and free
 // while one thread resets ("threads"). Before the allocator was reset in place, a reset freed it
 // under the readers' feet: SIGSEGV or heap corruption in most runs.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// What VMM memory must keep doing under the preload (issue 13, item 7), on two fake devices; one
+// What VMM memory must keep doing under the preload, on two fake devices; one
 // scenario per run, named by argv[1]:
 //   attributes    cudaPointerGetAttributes / cuPointerGetAttribute on a block's start and an
 //                 interior pointer name the right device and type (run in every mode: ordinary,

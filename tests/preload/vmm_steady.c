@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Issue 13's speed target, counted instead of timed: "a cached alloc+free pair is no slower than
+// The VMM modes' speed target, counted instead of timed: "a cached alloc+free pair is no slower than
 // with ordinary segments (VMM calls happen only when the pool grows or shrinks)". On an H100 one
 // map, unmap or set-access costs tens of microseconds, so a mode that calls the driver in steady
 // state shows up in wall time only as noise-prone nanoseconds per op; the fake's call counters

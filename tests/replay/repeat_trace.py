@@ -6,7 +6,8 @@ once and stays; everything it both allocates and frees is replayed again in ever
 addresses of its own. The shared snapshots hold one or two iterations, too few for compact mode's
 churn count to trip; a repeated one shows what a long run on the GPU does.
 
-usage: repeat_trace.py COPIES IN OUT   (IN: a cci text trace, e.g. from scripts/snapshot2trace.py)
+usage: repeat_trace.py COPIES IN OUTPUT   (IN: a cci text trace, e.g. from scripts/snapshot2trace.py;
+       OUTPUT: the file to write)
 
 Only alloc, free_requested and free_completed events are kept (replay reads nothing else that
 matters here; PyTorch's own segment events describe its pool, not the program).
@@ -19,7 +20,7 @@ COPY_STRIDE = 1 << 44  # addresses of copy c: the original + c * COPY_STRIDE (ne
 
 def main():
     if len(sys.argv) != 4 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
-        sys.exit("usage: repeat_trace.py COPIES IN OUT")
+        sys.exit("usage: repeat_trace.py COPIES IN OUTPUT")
     copies, src, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     head, ev = [], []
     with open(src) as f:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Writes a cci text trace of the seedfrag workload (benchmarks' fragmentation seed) for any
-number of steps, so that replay can count what compact mode does in steady state; the shared
-seedfrag snapshot holds only 20 steps.
+"""Writes a cci text trace of the seedfrag workload (torch_workloads.py's fragmentation pattern)
+for any number of steps, so that replay can count what compact mode does in steady state; the
+shared seedfrag snapshot holds only 20 steps.
 
-usage: seedfrag_trace.py [--runs R] STEPS [OUT]   (OUT: a file, default stdout)
+usage: seedfrag_trace.py [--runs R] STEPS [OUTPUT]   (OUTPUT: a file, default stdout)
 
 Each step k, as the workload does it on one stream (PyTorch's caching off, so every tensor is an
 allocation of its own):
@@ -76,7 +76,7 @@ def main():
         runs = int(args[1])
         args = args[2:]
     if len(args) not in (1, 2) or not args[0].isdigit():
-        sys.stderr.write("usage: seedfrag_trace.py [--runs R] STEPS [OUT]\n")
+        sys.stderr.write("usage: seedfrag_trace.py [--runs R] STEPS [OUTPUT]\n")
         return 2
     lines = ["# cci-text-trace 1", "# device 0", "# source seedfrag_trace.py"]
     lines += events(int(args[0]), runs)

@@ -260,7 +260,7 @@ def expect_bounded_error(args, needle, what, seconds, mem_bytes):
 
 
 def hostile():
-    """Issue 14, items 3 and 4: small or endless input must fail fast in bounded memory."""
+    """Hostile input: small or endless input must fail fast in bounded memory."""
     # Memo references sharing one container: 20 000 references to a list of 20 000 references to
     # one event dict is an ~80 KB pickle that expands to 400 M events.
     event = {"action": "alloc", "addr": 0, "size": 512, "stream": 0}

@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: MIT
 """compact_segments:True on long runs of the encoder and resnet steps (the shared snapshots
 repeated eight times by repeat_trace.py), with plain frees and with fenced frees whose fences lag
-(16 and 64 records, as on a busy GPU): peak reserved must stay within issue 13's 1.03x of peak
+(16 and 64 records, as on a busy GPU): peak reserved must stay within the VMM modes' 1.03x of peak
 allocated. With fences lagging, the repeated encoder step trips compact mode's churn count, so
 this is what bounds the churn ceiling: a ceiling loose enough to stop moving pages on the
 benchmark's mixed workload (a churn slack of 1/8 of the allocated peak instead of 1/128) lets the
-encoder reach 1.13x here (docs/benchmarks.md, session 6).
+encoder reach 1.13x here (docs/benchmarks.md, "VMM calls of the bench's workloads, counted per
+pass", 2026-11-23, 8891c0f).
 
 usage: test_compact_long.py CCREPLAY SNAPSHOT2TRACE REPEAT_TRACE TRACES_DIR
 Skipped (77) when the shared traces are absent.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// No advice text is ever cut (issue 16): every advice rule is triggered with extreme figures
+// No advice text is ever cut: every advice rule is triggered with extreme figures
 // (counts near 2^64, sizes of exabytes, configuration strings of 191 characters, a thousand
 // what-if rows), in each of its variants (measured by replay, not measured, measured with
 // nothing lower), and each text must be whole: it ends with its rule's own last sentence, each

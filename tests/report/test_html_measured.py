@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The measured sections of the HTML report in headless Chromium (issue 16 item 7): with device 0's
+"""The measured sections of the HTML report in headless Chromium: with device 0's
 what-ifs and call sites filled (report_fixture html-measured), the rendered DOM has the what-if
 table with its rows in rank order and the percentages the printer computes against the current
 row, the holders tables with their frames (markup in a frame escaped, not rendered), the call

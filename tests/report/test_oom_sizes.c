@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The out-of-memory message for requests no device can hold (issue 14, item 5): sizes of 2^63
+// The out-of-memory message for requests no device can hold: sizes of 2^63
 // bytes and more print as positive sizes, and the message calls the request impossible instead
 // of saying the program "runs close to the device limit".
 #include <stdio.h>

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The offline part of scripts/gpu-bench.sh: its table printers (tests/bench/alloc_table.py,
 tests/bench/thread_table.py --gpu and tests/bench/driver_table.py) run against the fake CUDA build, in the layout the GPU run uses,
-and every row and cell issue 15 asks for must come out filled.
+and every row and cell of the hook fast path's tables must come out filled.
 
   test_gpu_tables.py ALLOC_TABLE THREAD_TABLE BENCH_ALLOC BENCH_THREADS PRELOAD FAKE_LIB_DIR
 
@@ -38,7 +38,7 @@ def run(cmd):
 
 CELL = r"(\d+(?:\.\d+)? (?:ns|us)|-)"
 
-# ---- the per-size table, issue 15's layout ---------------------------------------------------
+# ---- the per-size table, one row per path ----------------------------------------------------
 out = run([sys.executable, alloc_table, "--preload", preload, "--libdir", libdir, "--exe", bench_alloc,
            "--exe-static", bench_alloc, "--quick", "--title", "fake", "--skip", "raw async",
            "--skip", "static raw async", "--rounds", "2", "--warmup-ms", "20"])
@@ -56,8 +56,8 @@ check(all(c != "-" for c in ranged.get("ours default, runtime hooks", ["-"])),
       f"range table: ours default's cells not all filled: {ranged.get('ours default, runtime hooks')}")
 check(all(c == "-" for c in ranged.get("raw cudaMallocAsync+cudaFreeAsync", ["x"])),
       "range table: the skipped configuration must show -")
-layout = out.split("issue 15's layout", 1)
-check(len(layout) == 2, "alloc_table printed no issue-15 table")
+layout = out.split("path by size", 1)
+check(len(layout) == 2, "alloc_table printed no path-by-size table")
 rows = {}
 for line in (layout[1] if len(layout) == 2 else "").splitlines()[1:]:
     m = re.match(r"(\S.*?)\s{2,}" + r"\s+".join([CELL] * 5) + r"\s*$", line)
@@ -67,7 +67,7 @@ expected = ["raw cudaMalloc+cudaFree", "raw cudaMallocAsync+cudaFreeAsync", "our
             "ours default, driver hooks (static)", "ours immediate_reuse, runtime hooks",
             "ours async pair, runtime hooks", "ours async pair, driver hooks (static)"]
 check(header := re.search(r"^path\s+512 B\s+1 MiB\s+20 MiB\s+256 MiB\s+mixed$", out, re.M),
-      "the issue-15 table's header is not path, 512 B, 1 MiB, 20 MiB, 256 MiB, mixed")
+      "the path-by-size table's header is not path, 512 B, 1 MiB, 20 MiB, 256 MiB, mixed")
 for name in expected:
     check(name in rows, f"row missing or malformed: {name}")
 for name, cells in rows.items():

@@ -375,7 +375,7 @@ class Synthetic(unittest.TestCase):
             self.assert_one_line_failure(r)
 
     def test_memo_bomb_refused(self):
-        # Issue 14 item 3: 20 000 memo references to one list of 20 000
+        # A memo bomb: 20 000 memo references to one list of 20 000
         # references to one event dict, an ~80 KB pickle that expands to
         # 400 M events.  Without a bound the script wrote tens of GB; with the
         # C reader's bound (values examined <= decompressed pickle bytes) it
