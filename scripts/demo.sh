@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The Quick start demo: builds if needed, then runs the seeds' fragmentation scenario
+# The Quick start demo: builds if needed, then runs the fragmentation scenario
 # (examples/seedfrag.c) natively and under the preload, and shows the checksums agree.
 # On a machine with an NVIDIA GPU and nvcc it runs on the GPU; otherwise on the fake CUDA of the
 # test suite (host memory), and says so. The preload's summary (stderr, at exit) is shown in line

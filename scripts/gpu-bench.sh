@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The GPU benchmark, one device call, everything side by side in the same run (logs under $OUT):
+# The GPU benchmark, everything side by side in the same run (logs under $CCI_GPU_OUT):
 #   0. bench_core (the allocator core alone, thread scaling on this machine's CPUs);
 #   1. bench_alloc (tests/bench/bench_alloc.c, built -cudart shared and static): raw cudaMalloc,
 #      raw cudaMallocAsync on a pool with an unlimited release threshold, and both under the
 #      preload (default and immediate-reuse modes, runtime and driver hooks), per size and for the
-#      mixed workload, ending with issue 15's table (one row per path);
+#      mixed workload, ending with the per-path table (one row per path);
 #   1b. bench_threads (tests/bench/bench_threads.c, the same source the tests build against the
-#      fake): issue 15's thread table, 64 KiB pairs at 1, 8 and 16 threads, each on its own stream;
+#      fake): the thread table, 64 KiB pairs at 1, 8 and 16 threads, each on its own stream;
 #   1c. tests/bench/driver_table.py: the driver hooks called directly (a driver-API program) against
 #      the same hooks behind a static cudart, per size: the static cudart's own share of a pair;
 #   2. torch.empty/del from Python: PyTorch's caching allocator vs PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -16,7 +16,7 @@
 #   4. one table of ratios, last.
 # About 5-7 minutes on an H100; every step is time-boxed and the table is printed regardless.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), BENCH_ROUNDS (default 3), TORCH_WORKLOADS, NVCC, PYTHON,
+# Environment: CCI_GPU_OUT (default build-gpu/out/), STEPS (default 10), BENCH_ROUNDS (default 3), TORCH_WORKLOADS, NVCC, PYTHON,
 # GPU_BENCH_TORCH=0 (leave out steps 2 and 3: the C tables alone take about a minute).
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
@@ -36,47 +36,47 @@ cci_nvcc bench_threads tests/bench/bench_threads.c tests/bench || exit 1
 cci_say "built bench_alloc and bench_threads (shared and static)"
 
 # ---- 0. the core alone, on this machine's CPUs (thread scaling needs more cores than a laptop) ----
-if cci_run 120 "$OUT/build-core.log" ninja -C "$CCI_BUILD" src/core/libccicore.a &&
-   cci_run 60 "$OUT/build-bench_core.log" "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/core \
+if cci_run 120 "$CCI_GPU_OUT/build-core.log" ninja -C "$CCI_BUILD" src/core/libccicore.a &&
+   cci_run 60 "$CCI_GPU_OUT/build-bench_core.log" "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/core \
        tests/bench/bench_core.c "$CCI_BUILD/src/core/libccicore.a" -o "$CCI_BUILD/bench_core" -pthread -lm; then
-    cci_run 90 "$OUT/bench_core.txt" "$CCI_BUILD/bench_core" || status=1
+    cci_run 90 "$CCI_GPU_OUT/bench_core.txt" "$CCI_BUILD/bench_core" || status=1
     cci_say "bench_core done ($(nproc) CPUs)"
 fi
 
 # ---- 1. the C benchmark ----------------------------------------------------------------------
-cci_run $((70 * BENCH_ROUNDS + 60)) "$OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --rounds "$BENCH_ROUNDS" --preload "$CCI_PRELOAD" \
+cci_run $((70 * BENCH_ROUNDS + 60)) "$CCI_GPU_OUT/bench_alloc.txt" "$PYTHON" tests/bench/alloc_table.py --rounds "$BENCH_ROUNDS" --preload "$CCI_PRELOAD" \
     --exe "$CCI_BIN/bench_alloc.shared" --exe-static "$CCI_BIN/bench_alloc.static" \
-    --log-dir "$OUT/bench_alloc" --json-out "$OUT/bench_alloc.json" --title "bench_alloc on the GPU" || status=1
-sed -n '/^bench_alloc on the GPU/,$p' "$OUT/bench_alloc.txt"
+    --log-dir "$CCI_GPU_OUT/bench_alloc" --json-out "$CCI_GPU_OUT/bench_alloc.json" --title "bench_alloc on the GPU" || status=1
+sed -n '/^bench_alloc on the GPU/,$p' "$CCI_GPU_OUT/bench_alloc.txt"
 cci_say "bench_alloc done"
 
 # ---- 1b. thread scaling ------------------------------------------------------------------------
-cci_run 150 "$OUT/bench_threads.txt" "$PYTHON" tests/bench/thread_table.py --gpu --preload "$CCI_PRELOAD" \
+cci_run 150 "$CCI_GPU_OUT/bench_threads.txt" "$PYTHON" tests/bench/thread_table.py --gpu --preload "$CCI_PRELOAD" \
     --exe "$CCI_BIN/bench_threads.shared" --exe-static "$CCI_BIN/bench_threads.static" \
-    --log-dir "$OUT/bench_threads" --json-out "$OUT/bench_threads.json" --title "bench_threads on the GPU" || status=1
-sed -n '/^bench_threads on the GPU/,$p' "$OUT/bench_threads.txt"
+    --log-dir "$CCI_GPU_OUT/bench_threads" --json-out "$CCI_GPU_OUT/bench_threads.json" --title "bench_threads on the GPU" || status=1
+sed -n '/^bench_threads on the GPU/,$p' "$CCI_GPU_OUT/bench_threads.txt"
 cci_say "bench_threads done"
 
 # ---- 1c. the driver level: our hooks called directly vs through a static cudart --------------------
-cci_run 150 "$OUT/driver_table.txt" "$PYTHON" tests/bench/driver_table.py --preload "$CCI_PRELOAD" \
+cci_run 150 "$CCI_GPU_OUT/driver_table.txt" "$PYTHON" tests/bench/driver_table.py --preload "$CCI_PRELOAD" \
     --exe "$CCI_BIN/bench_threads.shared" --exe-static "$CCI_BIN/bench_threads.static" --rounds "$BENCH_ROUNDS" \
-    --json-out "$OUT/driver_table.json" || status=1
-sed -n '/^driver-level pairs/,$p' "$OUT/driver_table.txt"
+    --json-out "$CCI_GPU_OUT/driver_table.json" || status=1
+sed -n '/^driver-level pairs/,$p' "$CCI_GPU_OUT/driver_table.txt"
 cci_say "driver table done"
 
 if [[ ${GPU_BENCH_TORCH:-1} != 0 ]]; then
 # ---- 2. torch.empty/del ----------------------------------------------------------------------
-cci_run 60 "$OUT/torch_loop-native.log" "$PYTHON" tests/bench/torch_loop.py "PyTorch caching allocator" || status=1
-cci_run 60 "$OUT/torch_loop-ours.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" \
+cci_run 60 "$CCI_GPU_OUT/torch_loop-native.log" "$PYTHON" tests/bench/torch_loop.py "PyTorch caching allocator" || status=1
+cci_run 60 "$CCI_GPU_OUT/torch_loop-ours.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$CCI_PRELOAD" \
     "$PYTHON" tests/bench/torch_loop.py "no PyTorch cache, libccinterpose" || status=1
-cci_run 60 "$OUT/torch_loop-nocache-raw.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+cci_run 60 "$CCI_GPU_OUT/torch_loop-nocache-raw.log" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
     "$PYTHON" tests/bench/torch_loop.py "no cache at all (cudaMalloc per tensor)" --budget 0.15 || true
 cci_say "torch.empty/del done"
 
 # ---- 3. end to end ---------------------------------------------------------------------------
 # run_workload WORKLOAD CONFIG ENV-ASSIGNMENTS...
 run_workload() {
-    cci_run 150 "$OUT/torch-$1-$2.log" env "${@:3}" "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$1" --steps "$STEPS"
+    cci_run 150 "$CCI_GPU_OUT/torch-$1-$2.log" env "${@:3}" "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$1" --steps "$STEPS"
 }
 if cci_find_workloads; then
     for w in encoder resnet seedfrag; do
@@ -99,6 +99,6 @@ fi
 
 # ---- 4. the ratios -----------------------------------------------------------------------------
 echo
-"$PYTHON" tests/bench/gpu_report.py bench "$OUT" | tee "$OUT/summary.txt" || status=1
-cci_say "gpu-bench: $([[ $status == 0 ]] && echo completed || echo 'completed with failures'); logs in $OUT"
+"$PYTHON" tests/bench/gpu_report.py bench "$CCI_GPU_OUT" | tee "$CCI_GPU_OUT/summary.txt" || status=1
+cci_say "gpu-bench: $([[ $status == 0 ]] && echo completed || echo 'completed with failures'); logs in $CCI_GPU_OUT"
 exit $status

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 # GPU check of the driver level (docs/interception-levels.md), called by scripts/gpu-check.sh:
 #
-#   scripts/gpu-check-driver.sh BUILD_DIR OUT
+#   scripts/gpu-check-driver.sh BUILD_DIR OUT_DIR
 #
-# BUILD_DIR holds preload/libccinterpose.so; logs go to OUT/driver/. Every step runs natively and
+# BUILD_DIR holds preload/libccinterpose.so; logs go to OUT_DIR/driver/. Every step runs natively and
 # under the preload (CCI_LOG=info, whose exit line counts the allocations served at each level):
 #   1. the examples built with nvcc defaults (static cudart): identical checksums, and caught at
 #      driver level (a static cudart never reaches the runtime hooks);
@@ -20,18 +20,18 @@
 # Environment: NVCC, PYTHON, CCI_DEADLINE (seconds for the whole script, default 300).
 set -u -o pipefail
 if (( $# != 2 )); then
-    echo "usage: $0 BUILD_DIR OUT" >&2
+    echo "usage: $0 BUILD_DIR OUT_DIR" >&2
     exit 2
 fi
 # Both made absolute before gpu-common.sh changes to the repository root.
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "no build directory $1" >&2; exit 1; }
-OUT=$(mkdir -p "$2" && cd "$2" && pwd) || { echo "cannot use $2 for output" >&2; exit 1; }
+CCI_GPU_OUT=$(mkdir -p "$2" && cd "$2" && pwd) || { echo "cannot use $2 for output" >&2; exit 1; }
 CCI_DEADLINE=${CCI_DEADLINE:-300}
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"  # cd's to the repository root; cci_run, cci_say, cci_find_nvcc
 PRELOAD=$BUILD/preload/libccinterpose.so
 [[ -f $PRELOAD ]] || { cci_say "no $PRELOAD: build the preload first"; exit 1; }
-LOGS=$OUT/driver
+LOGS=$CCI_GPU_OUT/driver
 BIN=$BUILD/cuda-driver
 mkdir -p "$LOGS" "$BIN"
 status=0

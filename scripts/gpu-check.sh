@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The GPU check, one device call (run from the repository root; logs under $OUT):
+# The GPU check, one unattended run of under 10 minutes (run from the repository root; logs under
+# $CCI_GPU_OUT):
 #   1. builds the preload (build-gpu/) and the examples with nvcc, -cudart shared and static;
 #   2. runs every example natively and under the preload: the checksums must match, and the
 #      shared builds must have been served by the preload (static ones are reported only: their
@@ -13,13 +14,13 @@
 #      REPEATS rounds, every configuration once per round in a rotated order;
 #   5. prints the tables (tests/bench/gpu_report.py check): peak reserved memory (median and max
 #      over the rounds) and wall time of every configuration against native, then the wall-time
-#      verdicts against issue 12's 3 % target (median, spread, ratio of medians, paired ratio),
+#      verdicts against the 3 % wall-time target (median, spread, ratio of medians, paired ratio),
 #      and beside them each side's fastest timed run (the host's fast speed, repeat_stats.py).
 # Exit status 1 on any mismatch or failed step. It prints its total time; a round that would not
 # fit before the deadline (CCI_DEADLINE, gpu-common.sh) is not started, and the tables say how many
 # rounds ran.
 #
-# Environment: OUT (default build-gpu/out/), STEPS (default 10), WARMUP_STEPS (untimed steps first,
+# Environment: CCI_GPU_OUT (default build-gpu/out/), STEPS (default 10), WARMUP_STEPS (untimed steps first,
 # default 2) and TIMED_RUNS (runs of STEPS steps timed in each process, median kept, default 3): the
 # wall time of a steady state, without CUDA's start-up (tests/bench/torch_run.py); REPEATS (rounds
 # of the torch workloads, default 2), CONFIGS (configurations, below), WORKLOADS (default: encoder resnet
@@ -57,7 +58,7 @@ for c in $CONFIGS; do
 done
 [[ -n ${CONFIGS// /} ]] || { cci_say "CONFIGS is empty"; exit 1; }
 status=0
-: >"$OUT/summary.txt"
+: >"$CCI_GPU_OUT/summary.txt"
 
 cci_find_nvcc || exit 1
 cci_gpu_banner
@@ -71,18 +72,18 @@ fi
 
 # ---- examples ------------------------------------------------------------------------------
 if part_on examples; then
-    : >"$OUT/examples.txt"
+    : >"$CCI_GPU_OUT/examples.txt"
     run_example() {  # NAME BINARY EXPECT [extra compare_checksums.py args]
         local name=$1 bin=$2 expect=$3
         shift 3
-        [[ -x $bin ]] || { echo "RESULT $name: FAIL not built" >>"$OUT/examples.txt"; status=1; return; }
-        cci_run 150 "$OUT/examples/$name.compare.log" "$PYTHON" examples/compare_checksums.py \
-            --preload "$CCI_PRELOAD" --expect-served "$expect" --timeout 60 --log-dir "$OUT/examples" \
+        [[ -x $bin ]] || { echo "RESULT $name: FAIL not built" >>"$CCI_GPU_OUT/examples.txt"; status=1; return; }
+        cci_run 150 "$CCI_GPU_OUT/examples/$name.compare.log" "$PYTHON" examples/compare_checksums.py \
+            --preload "$CCI_PRELOAD" --expect-served "$expect" --timeout 60 --log-dir "$CCI_GPU_OUT/examples" \
             --name "$name" "$@" "$bin" || status=1
-        grep '^RESULT' "$OUT/examples/$name.compare.log" >>"$OUT/examples.txt" ||
-            echo "RESULT $name: FAIL (no result, see examples/$name.compare.log)" >>"$OUT/examples.txt"
+        grep '^RESULT' "$CCI_GPU_OUT/examples/$name.compare.log" >>"$CCI_GPU_OUT/examples.txt" ||
+            echo "RESULT $name: FAIL (no result, see examples/$name.compare.log)" >>"$CCI_GPU_OUT/examples.txt"
     }
-    mkdir -p "$OUT/examples"
+    mkdir -p "$CCI_GPU_OUT/examples"
     for ex in seedfrag pipeline asyncloop; do
         run_example "$ex.shared" "$CCI_BIN/$ex.shared" yes
         run_example "$ex.static" "$CCI_BIN/$ex.static" any
@@ -98,8 +99,8 @@ if part_on examples; then
     done
     {
         echo "Examples: checksum natively vs under the preload; allocations the program made; served by the preload"
-        sed 's/^RESULT /    /' "$OUT/examples.txt"
-    } | tee -a "$OUT/summary.txt"
+        sed 's/^RESULT /    /' "$CCI_GPU_OUT/examples.txt"
+    } | tee -a "$CCI_GPU_OUT/summary.txt"
 fi
 
 # ---- reuse hazards on the real GPU ------------------------------------------------------------
@@ -108,15 +109,15 @@ if part_on hazards; then
     # immediate_reuse:True (unsafe by design) the cross-stream scenarios are expected to show
     # corruption, which proves the program sees the hazard.
     mkdir -p "$CCI_BIN"  # the examples part makes it, but it may be left out (CHECK_PARTS)
-    if cci_run 120 "$OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
+    if cci_run 120 "$CCI_GPU_OUT/nvcc-hazard.log" "$NVCC" -O2 -cudart shared tests/gpu/hazard_gpu.cu \
             -o "$CCI_BIN/hazard_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -lcuda; then
-        cci_run 120 "$OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1
-        cci_run 120 "$OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/hazard_gpu" || status=1
-        cci_run 120 "$OUT/hazard-ours-immediate.log" env LD_PRELOAD="$CCI_PRELOAD" \
+        cci_run 120 "$CCI_GPU_OUT/hazard-native.log" "$CCI_BIN/hazard_gpu" || status=1
+        cci_run 120 "$CCI_GPU_OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/hazard_gpu" || status=1
+        cci_run 120 "$CCI_GPU_OUT/hazard-ours-immediate.log" env LD_PRELOAD="$CCI_PRELOAD" \
             CCI_ALLOC_CONF=immediate_reuse:True "$CCI_BIN/hazard_gpu"  # a control: corruption expected
         for v in native ours ours-immediate; do
-            grep '^HAZARD' "$OUT/hazard-$v.log" | sed "s/^HAZARD/    $v:/"
-        done | tee -a "$OUT/summary.txt"
+            grep '^HAZARD' "$CCI_GPU_OUT/hazard-$v.log" | sed "s/^HAZARD/    $v:/"
+        done | tee -a "$CCI_GPU_OUT/summary.txt"
     else
         status=1
     fi
@@ -138,7 +139,7 @@ config_env() {
 }
 run_torch() {  # WORKLOAD CONFIG ROUND
     local w=$1 c=$2 r=$3
-    local log="$OUT/torch-$w-$c-r$r.log" timing
+    local log="$CCI_GPU_OUT/torch-$w-$c-r$r.log" timing
     timing_of "$w"
     if [[ $c == native* ]]; then
         cci_run 150 "$log" env "$(config_env "$c")" \
@@ -148,9 +149,9 @@ run_torch() {  # WORKLOAD CONFIG ROUND
         # written through cci_dump_report right after the workload (first round only: the
         # others would repeat it). Neither falls inside the workload's own timing.
         local text=()
-        (( r == 1 )) && text=(--report "$OUT/report-$w-$c.txt")
+        (( r == 1 )) && text=(--report "$CCI_GPU_OUT/report-$w-$c.txt")
         cci_run 150 "$log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-            LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$OUT/report-$w-$c-r$r-%p.json" \
+            LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$CCI_GPU_OUT/report-$w-$c-r$r-%p.json" \
             "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}" ${text[@]+"${text[@]}"}
     fi
 }
@@ -172,13 +173,13 @@ elif cci_find_workloads; then
     done
     (( CCI_ROUNDS_FAILED == 0 )) || status=1
     echo
-    CONFIGS="$CONFIGS" WORKLOADS="$WORKLOADS" "$PYTHON" tests/bench/gpu_report.py check "$OUT" |
-        tee -a "$OUT/summary.txt" || status=1
+    CONFIGS="$CONFIGS" WORKLOADS="$WORKLOADS" "$PYTHON" tests/bench/gpu_report.py check "$CCI_GPU_OUT" |
+        tee -a "$CCI_GPU_OUT/summary.txt" || status=1
 else
     status=1
 fi
 
 echo
-[[ -f $OUT/examples.txt ]] && grep -q ': FAIL' "$OUT/examples.txt" && status=1
-cci_say "gpu-check: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $OUT"
+[[ -f $CCI_GPU_OUT/examples.txt ]] && grep -q ': FAIL' "$CCI_GPU_OUT/examples.txt" && status=1
+cci_say "gpu-check: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $CCI_GPU_OUT"
 exit $status

@@ -2,16 +2,17 @@
 # SPDX-License-Identifier: MIT
 # Shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (sourced, not run): find the tools,
 # build the preload and the CUDA programs, run commands under a time limit with their output kept
-# under $OUT. Both scripts run in one device call each, so nothing here may wait on a prompt or
-# the network, and every step has a timeout.
+# under $CCI_GPU_OUT. Both scripts are meant to run unattended on a GPU machine with a hard time
+# limit and possibly no network, so nothing here may wait on a prompt or the network, and every
+# step has a timeout.
 
 CCI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$CCI_ROOT" || exit 1
 CCI_BUILD=${CCI_BUILD:-build-gpu}
-# The device sets OUT; by hand the logs land inside the (git-ignored) build directory.
-OUT=${OUT:-$CCI_ROOT/$CCI_BUILD/out}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+# CCI_GPU_OUT: where the logs go (default: inside the git-ignored build directory).
+CCI_GPU_OUT=${CCI_GPU_OUT:-$CCI_ROOT/$CCI_BUILD/out}
+mkdir -p "$CCI_GPU_OUT"
+CCI_GPU_OUT=$(cd "$CCI_GPU_OUT" && pwd)
 CCI_PRELOAD=$CCI_ROOT/$CCI_BUILD/preload/libccinterpose.so
 CCI_BIN=$CCI_ROOT/$CCI_BUILD/cuda
 CCI_T0=$SECONDS
@@ -19,18 +20,18 @@ PYTHON=${PYTHON:-python3}
 
 cci_say() { printf '[%4ds] %s\n' $((SECONDS - CCI_T0)) "$*"; }
 
-# Seconds left before the script's own deadline (CCI_DEADLINE, default 510 s: the device call
-# is cut at 600 s, and the summary must still be printed).
+# Seconds left before the script's own deadline (CCI_DEADLINE, default 510 s: leaves room under a
+# 600 s limit on the whole run for the summary to be printed).
 cci_left() { echo $(( ${CCI_DEADLINE:-510} - (SECONDS - CCI_T0) )); }
 
 # Rounds: `cci_rounds_begin; while cci_round_next MARGIN; do ... CCI_ROUND, CCI_ORDER ...; done`.
 # REPEATS rounds, each with every configuration of CONFIGS in an order rotated from round to round
-# (tests/bench/repeat_stats.py says why), logged in $OUT/rounds.txt. A round starts only if the
+# (tests/bench/repeat_stats.py says why), logged in $CCI_GPU_OUT/rounds.txt. A round starts only if the
 # last one, plus MARGIN seconds, would still fit before the deadline, so every configuration gets
 # the same number of rounds. cci_round_next also reports the round just done; it fails (ending the
 # loop) after the last round, at the deadline, or when the order cannot be made (CCI_ROUNDS_FAILED=1).
 cci_rounds_begin() {
-    : >"$OUT/rounds.txt"
+    : >"$CCI_GPU_OUT/rounds.txt"
     CCI_ROUND=0 CCI_ORDER='' CCI_ROUNDS_FAILED=0 _cci_round_t=$SECONDS _cci_round_secs=0
 }
 cci_round_next() {
@@ -52,7 +53,7 @@ cci_round_next() {
         CCI_ROUNDS_FAILED=1
         return 1
     fi
-    echo "round $CCI_ROUND: $CCI_ORDER" >>"$OUT/rounds.txt"
+    echo "round $CCI_ROUND: $CCI_ORDER" >>"$CCI_GPU_OUT/rounds.txt"
 }
 
 # cci_run SECONDS LOG CMD...: runs CMD with its output in LOG; prints the tail when it fails.
@@ -122,9 +123,9 @@ cci_need_uthash() {
 cci_build_preload() {
     cci_need_uthash || return 1
     if [[ ! -f $CCI_BUILD/build.ninja ]]; then
-        cci_run 120 "$OUT/build-setup.log" meson setup "$CCI_BUILD" --buildtype=release -Dtests=false || return 1
+        cci_run 120 "$CCI_GPU_OUT/build-setup.log" meson setup "$CCI_BUILD" --buildtype=release -Dtests=false || return 1
     fi
-    cci_run 240 "$OUT/build-ninja.log" ninja -C "$CCI_BUILD" preload/libccinterpose.so || return 1
+    cci_run 240 "$CCI_GPU_OUT/build-ninja.log" ninja -C "$CCI_BUILD" preload/libccinterpose.so || return 1
     [[ -f $CCI_PRELOAD ]] || { cci_say "no $CCI_PRELOAD after the build"; return 1; }
     cci_say "built $CCI_PRELOAD"
 }
@@ -135,19 +136,19 @@ cci_build_preload() {
 cci_nvcc() {
     local name=$1 src=$2
     shift 2
-    # Finds nvcc itself when the caller has not (session 15 lost three device calls to that).
+    # Finds nvcc itself when the caller has not (nvcc is often not on PATH on GPU hosts).
     [[ -n ${CCI_CUDA_LIB:-} ]] || cci_find_nvcc || return 1
     local inc=(-Iinclude -Iexamples)
     local d
     for d in "$@"; do inc+=("-I$d"); done
     mkdir -p "$CCI_BIN"
-    cci_run 120 "$OUT/nvcc-$name.shared.log" "$NVCC" -O2 -cudart shared "${inc[@]}" "$src" -o "$CCI_BIN/$name.shared" \
+    cci_run 120 "$CCI_GPU_OUT/nvcc-$name.shared.log" "$NVCC" -O2 -cudart shared "${inc[@]}" "$src" -o "$CCI_BIN/$name.shared" \
         -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -ldl || return 1
-    cci_run 120 "$OUT/nvcc-$name.static.log" "$NVCC" -O2 "${inc[@]}" "$src" -o "$CCI_BIN/$name.static" -ldl || return 1
+    cci_run 120 "$CCI_GPU_OUT/nvcc-$name.static.log" "$NVCC" -O2 "${inc[@]}" "$src" -o "$CCI_BIN/$name.static" -ldl || return 1
 }
 
 cci_gpu_banner() {
-    cci_say "repository $CCI_ROOT, output $OUT"
+    cci_say "repository $CCI_ROOT, output $CCI_GPU_OUT"
     { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } 2>&1 | sed 's/^/    /'
     "$NVCC" --version 2>&1 | tail -n 1 | sed 's/^/    nvcc: /'
     "$PYTHON" -c 'import torch; print("    torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -n 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The DDP row of the GPU check, on a machine with two or more GPUs (one device call): a 6-layer
+# The DDP row of the GPU check, on a machine with two or more GPUs (one unattended run): a 6-layer
 # encoder trained with DistributedDataParallel under torchrun, natively and with
 # PYTORCH_NO_CUDA_MEMORY_CACHING=1 under the preload in the default mode and with
 # immediate_reuse:True, REPEATS rounds of every configuration in a rotated order. Then
@@ -12,7 +12,7 @@
 # result_sum must agree in every run, to within DDP's own last-bit noise (gpu_report.py,
 # DDP_SUM_REL_TOL). NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
-# Environment: OUT, STEPS (default 20), NPROC (default 2), REPEATS (default 3), CONFIGS (default:
+# Environment: CCI_GPU_OUT (default build-gpu/out/), STEPS (default 20), NPROC (default 2), REPEATS (default 3), CONFIGS (default:
 # native ours ours-immediate), STACKS_RUN (default 1), CCI_NVML_INTERVAL_MS (NVML sampling period,
 # default 2), PYTHON.
 set -u -o pipefail
@@ -55,18 +55,18 @@ cci_rounds_begin
 while cci_round_next 60; do
     for c in $CCI_ORDER; do
         config_env "$c"
-        run_ddp "$OUT/ddp-$c-r$CCI_ROUND.log" -- "${CFG_ENV[@]}" || status=1
+        run_ddp "$CCI_GPU_OUT/ddp-$c-r$CCI_ROUND.log" -- "${CFG_ENV[@]}" || status=1
     done
 done
 (( CCI_ROUNDS_FAILED == 0 )) || status=1
 if [[ $STACKS_RUN == 1 ]]; then
     # Not timed and not part of the rounds: recording call sites costs microseconds per cudaMalloc.
     config_env ours
-    run_ddp "$OUT/ddp-stacks.log" --report "$OUT/report-ddp-stacks-rank{rank}.json" -- \
+    run_ddp "$CCI_GPU_OUT/ddp-stacks.log" --report "$CCI_GPU_OUT/report-ddp-stacks-rank{rank}.json" -- \
         "${CFG_ENV[@]}" CCI_STACKS=8 || status=1
 fi
 echo
-CONFIGS="$CONFIGS" "$PYTHON" tests/bench/gpu_report.py ddp "$OUT" | tee "$OUT/summary-ddp.txt" || status=1
-[[ -f $OUT/ddp-ours-r1.log ]] && grep -h "stream rule" "$OUT/ddp-ours-r1.log" | head -4
-cci_say "gpu-ddp: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $OUT"
+CONFIGS="$CONFIGS" "$PYTHON" tests/bench/gpu_report.py ddp "$CCI_GPU_OUT" | tee "$CCI_GPU_OUT/summary-ddp.txt" || status=1
+[[ -f $CCI_GPU_OUT/ddp-ours-r1.log ]] && grep -h "stream rule" "$CCI_GPU_OUT/ddp-ours-r1.log" | head -4
+cci_say "gpu-ddp: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s in all; logs in $CCI_GPU_OUT"
 exit $status

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Issue 15, "profile first": instructions per alloc+free pair through the hooks on the fake CUDA,
+# Profile first: instructions per alloc+free pair through the hooks on the fake CUDA,
 # split by part of the code and by function, counted by callgrind (repeatable, unlike timings).
 #
 #   scripts/profile-hooks.sh [BUILD_DIR]        (default: build; needs valgrind)
