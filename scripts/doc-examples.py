@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Regenerate the example outputs quoted in README.md and docs/*.md from the real tools.
+
+    scripts/doc-examples.py BUILD_DIR           rewrite the marked blocks in place
+    scripts/doc-examples.py --check BUILD_DIR   exit 1 if any marked block differs
+
+A block is the text between `<!-- example: NAME -->` and `<!-- end example -->`. The inputs are
+reproducible without a GPU: examples/seedfrag.c built against the fake CUDA of tests/fake, run
+under the preload with a trace recorded, then `ccreplay` on that trace. Whatever varies from run
+to run (times, pids, paths) is normalised. Outputs measured on a real GPU are not marked and not
+checked.
+"""
+import argparse, os, re, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BLOCK = re.compile(r"(<!-- example: ([\w-]+) -->\n)(.*?)(<!-- end example -->)", re.S)
+
+
+def normalise(text):
+    text = re.sub(r"\(\d+\.\d+ s\)", "(0.00 s)", text)
+    text = re.sub(r"\d+\.\d+ M events/s", "N M events/s", text)
+    text = re.sub(r"\bpid \d+", "pid N", text)
+    text = re.sub(r"0x[0-9a-f]{6,}", "0xADDR", text)
+    return text
+
+
+def generate(build):
+    build = os.path.abspath(build)
+    exe = os.path.join(build, "examples", "seedfrag-fake")
+    ccreplay = os.path.join(build, "src", "tools", "ccreplay")
+    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "preload", "libccinterpose.so"),
+               LD_LIBRARY_PATH=os.path.join(build, "tests", "fake"), FAKECUDA_CAPACITY="4G",
+               CCI_TRACE="seedfrag.trace")
+    for k in ("CCI_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CCI_REPORT",
+              "CCI_DISABLE", "CCI_LOG"):
+        env.pop(k, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = subprocess.run([exe], cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            sys.exit(f"doc-examples: {exe} failed ({run.returncode}):\n{run.stderr}")
+        lines = run.stderr.splitlines()
+        start = next(i for i, l in enumerate(lines) if l.startswith("Advice, device 0:"))
+        advice = [lines[start], lines[start + 1]]
+        for l in lines[start + 2:]:
+            if not l.startswith("    "):
+                break
+            advice.append(l)
+        clean = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "CCI_TRACE")}
+        sweep = subprocess.run([ccreplay, "--sweep", "seedfrag.trace"], cwd=tmp, env=clean,
+                               capture_output=True, text=True, timeout=120)
+        if sweep.returncode != 0:
+            sys.exit(f"doc-examples: ccreplay --sweep failed:\n{sweep.stderr}")
+    def fence(text):
+        return "```text\n" + normalise(text).rstrip("\n") + "\n```\n"
+    return {"seedfrag-advice": fence("\n".join(advice)), "seedfrag-sweep": fence(sweep.stdout)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
+    ap.add_argument("build_dir")
+    args = ap.parse_args()
+    outputs = generate(args.build_dir)
+    files = [os.path.join(ROOT, "README.md")] + sorted(
+        os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+    stale, seen = [], set()
+    for path in files:
+        text = open(path, encoding="utf-8").read()
+        def repl(m):
+            name = m.group(2)
+            if name not in outputs:
+                sys.exit(f"doc-examples: {os.path.relpath(path, ROOT)}: unknown example '{name}'")
+            seen.add(name)
+            if m.group(3) != outputs[name]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: {name}")
+            return m.group(1) + outputs[name] + m.group(4)
+        new = BLOCK.sub(repl, text)
+        if new != text and not args.check:
+            open(path, "w", encoding="utf-8").write(new)
+    if args.check:
+        for s in stale:
+            print(f"stale example block: {s} (run scripts/doc-examples.py BUILD_DIR)")
+        if not seen:
+            print("doc-examples: no example blocks found"); return 1
+        return 1 if stale else 0
+    print(f"doc-examples: {len(stale)} block(s) rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
