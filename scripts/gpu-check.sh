@@ -52,7 +52,7 @@ timing_of() {  # WORKLOAD: sets `timing`, torch_run.py's timing options for it
 part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
 for c in $CONFIGS; do
     case $c in
-        native | native-expandable | ours | ours-immediate | ours-expandable | ours-compact) ;;
+        native | native-expandable | ours | ours-immediate | ours-expandable | ours-compact | ours-torch-cache) ;;
         *) cci_say "CONFIGS: unknown configuration '$c'"; exit 1 ;;
     esac
 done
@@ -126,12 +126,14 @@ fi
 # ---- PyTorch workloads ---------------------------------------------------------------------
 # Configurations: PyTorch's own allocator (native, expandable segments), and ours under
 # PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode, immediate_reuse, PyTorch's expandable
-# segments and our compacting mode. CONFIGS selects a subset, WORKLOADS the workloads.
+# segments and our compacting mode; ours-torch-cache: ours in the default mode under PyTorch's own
+# cache (the other way a PyTorch user can run us). CONFIGS selects a subset, WORKLOADS the
+# workloads.
 config_env() {
     case $1 in
         native) echo "CCI_UNUSED=1" ;;
         native-expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
-        ours) echo "CCI_UNUSED=1" ;;
+        ours | ours-torch-cache) echo "CCI_UNUSED=1" ;;
         ours-immediate) echo "CCI_ALLOC_CONF=immediate_reuse:True" ;;
         ours-expandable) echo "CCI_ALLOC_CONF=expandable_segments:True" ;;
         ours-compact) echo "CCI_ALLOC_CONF=${CCI_COMPACT_CONF:-compact_segments:True}" ;;
@@ -148,9 +150,10 @@ run_torch() {  # WORKLOAD CONFIG ROUND
         # CCI_REPORT: the exit-time report as JSON, one file per process; the text report is
         # written through cci_dump_report right after the workload (first round only: the
         # others would repeat it). Neither falls inside the workload's own timing.
-        local text=()
+        local text=() nocache=PYTORCH_NO_CUDA_MEMORY_CACHING=1
         (( r == 1 )) && text=(--report "$CCI_GPU_OUT/report-$w-$c.txt")
-        cci_run 150 "$log" env "$(config_env "$c")" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+        [[ $c == ours-torch-cache ]] && nocache=CCI_UNUSED=1
+        cci_run 150 "$log" env "$(config_env "$c")" "$nocache" \
             LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info CCI_REPORT="$CCI_GPU_OUT/report-$w-$c-r$r-%p.json" \
             "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}" ${text[@]+"${text[@]}"}
     fi

@@ -68,7 +68,7 @@ def rx(v, suffix="x"):
 CHECK_LABELS = {
     "native": "PyTorch native", "native-expandable": "PyTorch expandable",
     "ours": "ours default", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
-    "ours-compact": "ours compact",
+    "ours-compact": "ours compact", "ours-torch-cache": "ours + PyTorch cache",
 }
 
 
