@@ -89,11 +89,11 @@ enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 /// Event kinds an observer can be told (cci_event_kind's values, 6 unused).
 #define CCI_TELL_KINDS (CCI_EV_SEGMENT_UNMAP + 1)
 
-// An event of a locked section kept for the observers until the next unlock (tcache.c).
+// An event of a locked section kept for the observers until the next unlock (lock_protocol.c).
 typedef cci_event cci_tc_event;
 
 struct cci_allocator {
-    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (tcache.c)
+    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (lock_protocol.c)
     int device;
     cci_config cfg;
     cci_backend be;

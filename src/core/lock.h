@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The allocator's lock (taken by cci__lock, tcache.c): one word, taken with a compare-and-swap and
-// given back with an exchange; the kernel is asked only when a thread has to wait.
+// The allocator's lock (taken by cci__lock, lock_protocol.c): one word, taken with a
+// compare-and-swap and given back with an exchange; the kernel is asked only when a thread has to
+// wait.
 //
 // Why not a pthread mutex: glibc's lock and unlock cost 67 instructions a locked section around
 // the same two atomic operations (its type dispatch, owner and user counts), 7 % of the mixed
