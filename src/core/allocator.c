@@ -408,8 +408,9 @@ static void remember_peak(cci_allocator *a)
 
 
 // The locked allocation (everything but the thread cache's hit). Out of line, so that the
-// cached path of cci_malloc saves none of the registers this one needs (issue 15: ~50
-// instructions a pair when both entry points carried the locked paths' frames). `skipped`: the
+// cached path of cci_malloc saves none of the registers this one needs (~50
+// instructions a pair when both entry points carried the locked paths' frames; callgrind,
+// commit aeaa50c). `skipped`: the
 // fast path was not asked (tc_fast 0), so the caller's time aside is counted here (tcache.h).
 // Not cloned per value of `skipped`: one copy of the policy (GCC's noclone; clang, which the
 // fuzz targets are built with, neither knows the attribute nor clones this function).

@@ -77,9 +77,9 @@ struct cci_allocator {
     // Who hears an event of each kind through each door (CCI_TELL_BATCH, _SERIAL, _ALL): the
     // observers' calls (function and argument), in the order they were added, rebuilt as an
     // observer is added. Testing every observer's kinds and door on each event had cost as much
-    // as the two observers that want an allocation (session 7, the mixed workload's locked path);
+    // as the two observers that want an allocation (the mixed workload's locked path, callgrind);
     // the calls themselves rather than indices into obs spare the event path a load and an
-    // index computation an observer (session 9).
+    // index computation an observer (callgrind, commit 9ee292b).
     uint8_t tell_n[CCI_TELL_KINDS][CCI_TELL_ALL + 1];
     struct cci_tell_entry {
         cci_observer_fn fn;
@@ -217,7 +217,7 @@ static inline void cci__tell_inline(cci_allocator *a, const cci_event *ev, int w
 
 /// Tells the observers, at once when no thread cache exists, else at the unlock (tcache.h).
 /// Inline: an allocation and a locked free make three events, and a call for each had cost
-/// ~20 instructions of register saves beside the event itself (session 9).
+/// ~20 instructions of register saves beside the event itself (callgrind, commit 9ee292b).
 static inline void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr,
                                     size_t size, size_t requested)
 {

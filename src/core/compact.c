@@ -41,7 +41,7 @@
 // reserved, what a segment that never unmaps reaches). The trace of our own run on the H100 (722
 // steps, the loss scalars in the small pool) needs 2 MiB more: at 48 MiB it moved pages in 64 of
 // its steps, at 50 in the first few only (242 MiB, what PyTorch's expandable segments reserve;
-// docs/benchmarks.md, session 5).
+// docs/benchmarks.md; commit 1ebf42e).
 #define CHURN_MOVED_FACTOR 1
 #define CHURN_SLACK_DIVISOR 128
 #define CHURN_SLACK_MIN ((size_t)50 << 20)

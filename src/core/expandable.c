@@ -303,7 +303,7 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
         return NULL;
     }
     if (e->retire_head)
-        cci__exp_retire_poll(a);  // old mappings whose fence has passed go, and their addresses become room
+        cci__exp_retire_poll(a);  // old mappings whose fence has passed go: their addresses become room
     cci_block *c = find_room(a, rounded, small, stream);
     if (e->mode == CCI_EXP_COMPACT) {
         size_t grow_by = c ? cci__exp_row_map_bytes(c, rounded, e->page[small]) : ask;

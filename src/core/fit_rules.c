@@ -55,11 +55,11 @@ cci_block *cci__better_fit_after_fences(cci_allocator *a, cci_block *b, size_t r
         a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
     if (harvest ? cci__fenced_harvest(a, ask) : cci__fenced_poll(a, ask))
         c = cci__take_free_block(a, rounded, small, stream);
-    // Where a fence is dear (not harvested above), the newest frees are reached only by waiting
-    // for them. The newest batches are then spared only where another stream's work may hold
-    // their fences back: with every side stream idle (resnet under PyTorch: ~30 idle pool
-    // streams), a fence waits only for the device's ordered work, which is running. Measured on
-    // the H100 (session 8, resnet, 3 runs each): sparing them let the peak wander (3622-3818 MiB
+    // Where a fence is dear (not harvested above), the newest frees are reached only by waiting for
+    // them. The newest batches are then spared only where another stream's work may hold their
+    // fences back: with every side stream idle (resnet under PyTorch: ~30 idle pool streams), a
+    // fence waits only for the device's ordered work, which is running. Measured on the H100
+    // (resnet, 3 runs each; commit 69fb3f0): sparing them let the peak wander (3622-3818 MiB
     // against 3626 for immediate reuse); waiting for them held it at 3720, for 48 ms more of
     // blocking a process. Where a fence is cheap the harvest already reaches the newest frees.
     unsigned spare = FENCED_FIT_SPARE;

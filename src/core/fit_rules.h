@@ -13,8 +13,8 @@
 #include "allocator_impl.h"
 
 // A free block at least FENCED_FIT_NUM / FENCED_FIT_DEN times the request is a poor fit while
-// fenced frees wait: the pending blocks are looked at first (fit_rules.c, cci__better_fit_after_fences).
-// 3/2 since session 8 (2 before): on the H100 resnet's peak over three processes went from
+// fenced frees wait: the pending blocks are looked at first (cci__better_fit_after_fences).
+// 3/2 since commit 2a38569 (2 before): on the H100 resnet's peak over three processes went from
 // 3622-3796 MiB to 3696 in every one (immediate reuse: 3626), the host waits and their blocking
 // unchanged; in replay with 32 idle streams resnet 3566-3606 MiB at lags 4-64 against 3666-3788,
 // the encoder and seedfrag within their run-to-run spread (docs/reuse-modes.md).
@@ -25,10 +25,10 @@
 #define FENCED_FIT_DEN 2
 #endif
 // ... and where a fence is dear and every side stream idle (the backend's `busy` is 0: a pending
-// block is then had by an order, or by a wait behind the device's ordered work only), any fit
-// above FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one: immediate
-// reuse would have taken the exact block just freed, and near fits let the layout drift. On the
-// H100 (session 17, resnet with PyTorch's 32 idle pool streams) 39 processes of 39 then peaked at
+// block is then had by an order, or by a wait behind the device's ordered work only), any fit above
+// FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one: immediate reuse would
+// have taken the exact block just freed, and near fits let the layout drift. On the H100 (resnet
+// with PyTorch's 32 idle pool streams; commits bfb8deb, 2821463) 39 processes of 39 then peaked at
 // immediate reuse's 3622 MiB, against 15 of 24 with 3/2 alone (the others 3696-3794 MiB), at the
 // same wall time within the host's noise. Elsewhere (DDP: NCCL's streams busy) 3/2 holds.
 #ifndef FENCED_NEAR_FIT_NUM

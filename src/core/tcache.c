@@ -255,12 +255,12 @@ size_t cci__tc_fitting(cci_allocator *a, uint64_t stream, int small, size_t roun
 // ---- the fast paths ---------------------------------------------------------------------------
 //
 // Each fast path comes in two versions. The general one (alloc_general, free_general) does
-// everything: it waits out a stop at the gate, hands a full log to the batch doors or flushes it
-// (a stop that moves no block) to try once more. The usual call finds the gate open and room in
-// the log: cci__tc_alloc and cci__tc_free serve it inline and hand anything else to the general
-// version from its start, so they hold no call but those tail calls (issue 15: the retry inlined
-// in them had made each save six registers, ~45 instructions a pair in prologues). Both run the
-// same steps (alloc_in_gate, free_in_gate), so both decide the same.
+// everything: it waits out a stop at the gate, hands a full log to the batch doors or flushes it (a
+// stop that moves no block) to try once more. The usual call finds the gate open and room in the
+// log: cci__tc_alloc and cci__tc_free serve it inline and hand anything else to the general version
+// from its start, so they hold no call but those tail calls (callgrind, commit 90f1550: the retry
+// inlined in them had made each save six registers, ~45 instructions a pair in prologues). Both run
+// the same steps (alloc_in_gate, free_in_gate), so both decide the same.
 
 // How long a fast path waits for a stop to end before it takes the locked path instead. A stop
 // that only folds statistics and swaps logs lasts a few microseconds; one that runs the policy
@@ -319,7 +319,7 @@ static inline void leave_inline(cci_tc *tc, int solo)
 
 // One record into the log, its fields passed as values: read from `b` or `tc` around the stores
 // into the log (which may alias them for the compiler), they were reloaded between the stores
-// (every served allocation and free logs, issue 15: the observers' events are the hook path's
+// (every served allocation and free logs, and the observers' events are the hook path's
 // largest cost over the core alone).
 static inline __attribute__((always_inline)) void log_record(cci_tc *tc, uintptr_t addr, size_t size,
                                                              size_t requested, uint64_t stream)
@@ -358,7 +358,7 @@ static int log_to_batch(cci_allocator *a, cci_tc *tc)
 // workload) pays for them on every call and gains nothing: each free goes into a magazine and each
 // locked allocation drains it back into the free set, and each locked section stops the cache,
 // folds its figures and hands out credits. On the H100 host the mixed workload ran at 479 ns an
-// operation with the caches and 233 without (session 7). So a cache that served fewer than
+// operation with the caches and 233 without (commit 148a44c). So a cache that served fewer than
 // ASIDE_MIN_HITS of a window of ASIDE_WINDOW allocations is set aside for the next ASIDE_OPS:
 // its thread allocates and frees on the locked path, as with CCI_THREAD_CACHE=0, and then tries
 // its magazines again. Counted in operations, not time, so the same calls make the same decisions

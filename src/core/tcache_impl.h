@@ -37,9 +37,9 @@ enum { K_COUNT, K_BYTES, K_REQUESTED, K_OVERSIZE, K_SPLIT, K_SPLIT_BYTES, NKIND 
 // The fast paths handle the kinds two at a time, (count, bytes), (requested, oversize), (split,
 // split bytes): a pair is one SSE2 (or NEON) register, so checking and spending the twelve credits
 // of a change (its pool's six and `all`'s) takes six vector subtractions, one sign test and six
-// stores, where it had taken twelve compares and twelve updates (issue 15: the credits were a
-// quarter of a cached pair's instructions in the core). The split kinds, which move either way,
-// are the last pair (K_SIGNED).
+// stores, where it had taken twelve compares and twelve updates (callgrind, commit 90f1550: the
+// credits were a quarter of a cached pair's instructions in the core). The split kinds, which move
+// either way, are the last pair (K_SIGNED).
 typedef int64_t kind_pair __attribute__((vector_size(2 * sizeof(int64_t))));
 #define NPAIRS (NKIND / 2)
 #define SIGNED_PAIR (K_SIGNED / 2)
@@ -62,7 +62,7 @@ typedef struct {
     int64_t oversize;  // 1 when `size` is at least max_split_size (the allocation's K_OVERSIZE)
     cci_block *b[MAG_DEPTH];
     uint64_t stream;   // apart from `size`: stored side by side, the two became one vector store
-                       // built from two registers, dearer than two plain stores (issue 15)
+                       // built from two registers, dearer than two plain stores (commit 7265d94)
     // What each block's free did to the inactive-split blocks and their bytes (split_on_free), as
     // a pair: its allocation undoes exactly that.
     int64_t split[MAG_DEPTH][2];
@@ -94,7 +94,7 @@ struct cci_tc {
                                // hit's statistics); a free looks at every class (cache_block)
     cci_live_map table;        // the blocks this thread may free on its fast path, by address
     cci_block *recent;         // the block last handed to this thread while it is in `table`, else
-                               // &cci__tc_no_block: a free of it (alloc-free pairs) skips the table's probe
+                               // cci__tc_no_block: a free of it (alloc-free pairs) skips the probe
     shard_pool shard[CCI_POOL_KINDS];       // what the fast paths changed since the last stop, by
                                             // pool: .inc kept by the fast paths, .cur worked out at
                                             // the stop (given - credit); [CCI_POOL_ALL] unused
