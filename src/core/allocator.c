@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "fit_rules.h"
+#include "reclaim.h"
 #include "grow.h"
 #include "tcache.h"
 #include "expandable.h"
@@ -200,7 +202,7 @@ static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uin
 }
 
 // Gives a whole free segment (one block, in the free set) back to the device.
-static void release_block(cci_allocator *a, cci_block *b)
+void cci__release_block(cci_allocator *a, cci_block *b)
 {
     cci_segment *s = b->seg;
     int small = s->small;
@@ -218,8 +220,6 @@ static void release_block(cci_allocator *a, cci_block *b)
     block_drop(a, b);
     free(s);
 }
-
-static int is_whole(const cci_block *b) { return !b->prev && !b->next; }
 
 // ---- the free set -------------------------------------------------------------------------
 
@@ -252,7 +252,7 @@ static inline __attribute__((always_inline)) cci_block *take_free_block_inline(c
     return b;
 }
 
-static cci_block *take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream)
+cci_block *cci__take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream)
 {
     return take_free_block_inline(a, rounded, small, stream);
 }
@@ -387,175 +387,6 @@ void cci__defer_block(cci_allocator *a, cci_block *b)
     a->pend_bytes += b->size;
 }
 
-static void complete_pending(cci_allocator *a, uint64_t upto)
-{
-    while (a->pend_head && a->pend_head->pending_seq < upto) {
-        cci_block *b = a->pend_head;
-        a->pend_head = b->pend_next;
-        if (!a->pend_head)
-            a->pend_tail = NULL;
-        a->pend_count--;
-        a->pend_bytes -= b->size;
-        cci__complete_block(a, b);
-    }
-}
-
-// Makes every free issued so far reusable. Drops the lock around the device synchronisation
-// (another thread may be waiting to free or allocate), so callers must search again afterwards.
-// Returns 0 when nothing was pending or the sync failed (e.g. during a graph capture).
-static int sync_pending(cci_allocator *a)
-{
-    if (!a->pend_head)
-        return 0;
-    uint64_t upto = a->pend_seq;
-    if (a->be.ops->synchronize) {
-        cci__unlock(a);
-        int rc = a->be.ops->synchronize(a->be.ctx, a->device);
-        cci__lock(a);
-        if (rc != CCI_OK)
-            return 0;
-        a->st.num_sync_all_streams++;
-    }
-    complete_pending(a, upto);
-    return 1;
-}
-
-static int pending_batch_full(const cci_allocator *a, size_t need)
-{
-    if (!a->pend_head)
-        return 0;
-    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
-    size_t limit = reserved / PENDING_RESERVED_DIVISOR;
-    if (limit < PENDING_MIN_BYTES)
-        limit = PENDING_MIN_BYTES;
-    // A large request that the waiting frees could cover waits for them rather than growing the
-    // pool: its segment would stay reserved long after the frees complete.
-    return a->pend_count >= PENDING_BATCH || a->pend_bytes >= limit ||
-           (!cci_is_small(need) && a->pend_bytes >= need);
-}
-
-// ---- reclaiming ---------------------------------------------------------------------------
-
-// Collects whole free segments from a free set, up to `cap` of them.
-struct whole_list {
-    cci_block **v;
-    size_t n, cap;
-    uint64_t clock;
-    double min_age;  // GC: only blocks at least this old; <0 = any
-};
-
-static int collect_whole(cci_block *b, void *ud)
-{
-    struct whole_list *w = ud;
-    if (!is_whole(b))
-        return 0;
-    if (w->min_age >= 0 && (double)(w->clock - b->gc_base) < w->min_age)
-        return 0;
-    w->v[w->n++] = b;
-    return w->n == w->cap;
-}
-
-// Releases every whole free segment of both pools. Walks in chunks so that no host memory is
-// needed for it (we may be here because the host is short of memory too).
-static void release_cached_all(cci_allocator *a)
-{
-    cci_block *chunk[256];
-    for (int pool = 0; pool < 2; pool++) {
-        for (;;) {
-            struct whole_list w = {chunk, 0, 256, 0, -1};
-            cci_free_set_walk(&a->free_set[pool], collect_whole, &w);
-            for (size_t i = 0; i < w.n; i++)
-                release_block(a, chunk[i]);
-            if (w.n < w.cap)
-                break;
-        }
-    }
-    if (a->exp) {  // [expandable] free pages inside expandable segments (never whole blocks)
-        cci__exp_release_free(a);
-        // ... and the pages the backend keeps for reuse: this is a flush, the memory must go.
-        if (a->be.ops->vmm->drain)
-            a->be.ops->vmm->drain(a->be.ctx, a->device);
-    }
-}
-
-// Frees cached oversize blocks that could serve this request: the smallest sufficient one, or
-// else the largest ones of the stream until enough is released. Only with a split limit set.
-static int release_available(cci_allocator *a, size_t rounded, int small, uint64_t stream)
-{
-    size_t limit = a->cfg.max_split_size;
-    if (limit == SIZE_MAX)
-        return 0;
-    size_t key = rounded < limit ? limit : rounded;
-    cci_block *b = cci_free_set_lower_bound(&a->free_set[small], stream, key, 0);
-    if (b) {
-        if (!is_whole(b))
-            return 0;
-        release_block(a, b);
-        return 1;
-    }
-    size_t released = 0;
-    b = cci_free_set_before(&a->free_set[small], stream, key, 0);
-    while (b && released < key && b->size >= limit) {
-        cci_block *prev = cci_free_set_before(&a->free_set[small], b->stream, b->size, b->addr);
-        if (is_whole(b)) {
-            released += b->size;
-            release_block(a, b);
-        }
-        b = prev;
-    }
-    return released >= key;
-}
-
-struct age_sum {
-    uint64_t clock;
-    double total;
-    size_t count;
-};
-
-static int sum_age(cci_block *b, void *ud)
-{
-    struct age_sum *s = ud;
-    if (is_whole(b)) {
-        s->total += (double)(s->clock - b->gc_base);
-        s->count++;
-    }
-    return 0;
-}
-
-// garbage_collection_threshold: once reserved memory passes threshold × allowed maximum, give
-// back whole cached large segments that have waited longest since their last reuse (age counted
-// in free-set searches: at or above the average age of such segments first), until under it.
-static void garbage_collect(cci_allocator *a)
-{
-    size_t limit = (size_t)(a->cfg.gc_threshold * (double)a->allowed_max);
-    size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
-    if (reserved <= limit)
-        return;
-    size_t target = reserved - limit, reclaimed = 0;
-    uint64_t clock = a->free_searches[0];
-    struct age_sum s = {clock, 0, 0};
-    cci_free_set_walk(&a->free_set[0], sum_age, &s);
-    cci_block *chunk[256];
-    int freed = 1;
-    while (reclaimed < target && freed && s.count > 0) {
-        double threshold = s.total / (double)s.count;
-        freed = 0;
-        for (;;) {
-            struct whole_list w = {chunk, 0, 256, clock, threshold};
-            cci_free_set_walk(&a->free_set[0], collect_whole, &w);
-            for (size_t i = 0; i < w.n; i++) {
-                s.total -= (double)(clock - chunk[i]->gc_base);
-                s.count--;
-                reclaimed += chunk[i]->size;
-                release_block(a, chunk[i]);
-                freed = 1;
-            }
-            if (w.n < w.cap)
-                break;
-        }
-    }
-}
-
 // ---- public entry points ------------------------------------------------------------------
 
 void cci_allocator_track_peak(cci_allocator *a, int on)
@@ -575,99 +406,11 @@ static void remember_peak(cci_allocator *a)
     a->have_peak = 1;
 }
 
-// Before the pool grows: fenced frees whose fence has passed, then, if the ones still pending
-// would be enough, a wait for the oldest fence that frees enough. Kept out of line so that the
-// cached fast path of cci_malloc stays as compact as it was.
-static __attribute__((noinline)) cci_block *take_after_fences(cci_allocator *a, size_t rounded, int small,
-                                                              uint64_t stream)
-{
-    cci_block *b = NULL;
-    if (cci__fenced_harvest(a, CCI_ASK_IN_FULL))
-        b = take_free_block(a, rounded, small, stream);
-    while (!b && cci__fenced_wait_for(a, rounded, small, stream, FENCED_MISS_SPARE))
-        b = take_free_block(a, rounded, small, stream);
-    // [compact] Pages of free blocks anywhere are unmapped and mapped again where the growth
-    // needs them (expandable.c), so pending frees of any shape and stream spare a growth: wait for
-    // the oldest batches while what they hold could cover the request, rather than map new pages
-    // beside memory that is only waiting for its fence.
-    while (!b && a->exp && a->exp->mode == CCI_EXP_COMPACT && a->fb_head &&
-           cci__fenced_pending_bytes(a) >= rounded && cci__fenced_wait_oldest(a))
-        b = take_free_block(a, rounded, small, stream);
-    return b;
-}
-
-// The stream events one fence costs now (fence_ops.width; 1 when the backend does not say).
-static unsigned fence_width(cci_allocator *a)
-{
-    return a->fences->width ? a->fences->width(a->be.ctx, a->device) : 1;
-}
-
-// Whether every side stream a fence covers was idle when the backend last looked (fence_ops.busy
-// says 0; unknown counts as busy).
-static int side_streams_idle(cci_allocator *a)
-{
-    return a->fences->busy && a->fences->busy(a->be.ctx, a->device) == 0;
-}
-
-// The best free block is well larger than the request (FENCED_FIT_NUM / FENCED_FIT_DEN times or
-// more) while fenced frees wait: immediate reuse would have handed out one of those (the
-// program's pattern is "free a tensor, allocate its like"), and splitting a large block instead
-// scatters holes that later force the pool to grow. So the pending ones are asked first: the
-// closed batches whose fence has passed are harvested, and if a pending block of an older batch
-// (not among the FENCED_FIT_SPARE newest, unless the fence is dear and every side stream idle)
-// can hold the request, that batch is waited for. Measured on DDP (two H200s): waiting for any
-// batch kept the peak within 7 % of native but cost 11 % of wall time; never waiting cost 30 % of
-// memory. An old batch's fence has usually passed or is about to, so the wait is short.
-static __attribute__((noinline)) cci_block *better_fit_after_fences(cci_allocator *a, cci_block *b,
-                                                                   size_t rounded, int small, uint64_t stream)
-{
-    cci_block *c = NULL;
-    int cheap = fence_width(a) <= FENCED_FIT_HARVEST_MAX_WIDTH;
-    // Where a question is dear (many streams to look at) and no pending block could make a closer
-    // fit, the answer cannot help this request, only later ones (every passed batch reusable at
-    // once): it is asked in passing, which the backend may put off, and nothing is waited for.
-    // Otherwise it is asked in full, since a pending answer leads to a wait or a worse fit:
-    // measured on the H100 (resnet, ~25 streams), letting every poor-fit question be put off and
-    // keeping the poor fit raised the peak from 1.02x to 1.18x immediate reuse.
-    int ask = cheap || cci__fenced_could_fit(a, rounded, small, stream, b->size) ? CCI_ASK_IN_FULL
-                                                                                 : CCI_ASK_IN_PASSING;
-    cci_free_set_insert(&a->free_set[small], b);
-    // The open batch too where a fence is cheap (FENCED_FIT_HARVEST_MAX_WIDTH): its blocks are the
-    // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
-    int harvest = cheap && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
-    if (harvest)
-        a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
-    if (harvest ? cci__fenced_harvest(a, ask) : cci__fenced_poll(a, ask))
-        c = take_free_block(a, rounded, small, stream);
-    // Where a fence is dear (not harvested above), the newest frees are reached only by waiting
-    // for them. The newest batches are then spared only where another stream's work may hold
-    // their fences back: with every side stream idle (resnet under PyTorch: ~30 idle pool
-    // streams), a fence waits only for the device's ordered work, which is running. Measured on
-    // the H100 (session 8, resnet, 3 runs each): sparing them let the peak wander (3622-3818 MiB
-    // against 3626 for immediate reuse); waiting for them held it at 3720, for 48 ms more of
-    // blocking a process. Where a fence is cheap the harvest already reaches the newest frees.
-    unsigned spare = FENCED_FIT_SPARE;
-    if (!cheap && side_streams_idle(a))
-        spare = 0;
-    while (!c && ask == CCI_ASK_IN_FULL && cci__fenced_wait_for(a, rounded, small, stream, spare))
-        c = take_free_block(a, rounded, small, stream);
-    return c ? c : take_free_block(a, rounded, small, stream);
-}
-
-// Whether the best free block (fit bytes) is a poor fit for the request while fenced frees wait
-// (allocator_impl.h: FENCED_FIT_NUM, FENCED_NEAR_FIT_NUM say when, and why).
-static int poor_fit_while_fenced(cci_allocator *a, size_t fit, size_t rounded)
-{
-    if (fit * FENCED_FIT_DEN >= FENCED_FIT_NUM * rounded)
-        return 1;
-    if (fit * FENCED_NEAR_FIT_DEN < FENCED_NEAR_FIT_NUM * rounded)
-        return 0;  // as good as exact
-    return fence_width(a) > FENCED_FIT_HARVEST_MAX_WIDTH && side_streams_idle(a);
-}
 
 // The locked allocation (everything but the thread cache's hit). Out of line, so that the
-// cached path of cci_malloc saves none of the registers this one needs (issue 15: ~50
-// instructions a pair when both entry points carried the locked paths' frames). `skipped`: the
+// cached path of cci_malloc saves none of the registers this one needs (~50
+// instructions a pair when both entry points carried the locked paths' frames; callgrind,
+// commit aeaa50c). `skipped`: the
 // fast path was not asked (tc_fast 0), so the caller's time aside is counted here (tcache.h).
 // Not cloned per value of `skipped`: one copy of the policy (GCC's noclone; clang, which the
 // fuzz targets are built with, neither knows the attribute nor clones this function).
@@ -701,32 +444,32 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
         if (b)
             cci_free_set_insert(&a->free_set[small], b);
         cci__tc_fitting(a, stream, small, rounded, fit, 1);
-        b = take_free_block(a, rounded, small, stream);
+        b = cci__take_free_block(a, rounded, small, stream);
     }
     if (b && a->fenced_count && poor_fit_while_fenced(a, b->size, rounded))
-        b = better_fit_after_fences(a, b, rounded, small, stream);
+        b = cci__better_fit_after_fences(a, b, rounded, small, stream);
     if (!b && a->fenced_count)
-        b = take_after_fences(a, rounded, small, stream);
-    if (!b && pending_batch_full(a, rounded) && sync_pending(a))
-        b = take_free_block(a, rounded, small, stream);
+        b = cci__take_after_fences(a, rounded, small, stream);
+    if (!b && pending_batch_full(a, rounded) && cci__sync_pending(a))
+        b = cci__take_free_block(a, rounded, small, stream);
     if (!b && a->fences)  // another stream's whole free segment, once its fence passed
         b = cci__stream_handover(a, rounded, small, stream);
     int new_segment = 0;
     if (!b) {
         if (a->cfg.gc_threshold > 0)
-            garbage_collect(a);
+            cci__garbage_collect(a);
         new_segment = 1;
         b = alloc_segment(a, rounded, small, stream, 0, &rc);
-        if (!b && rc == CCI_EOOM && release_available(a, rounded, small, stream))
+        if (!b && rc == CCI_EOOM && cci__release_available(a, rounded, small, stream))
             b = alloc_segment(a, rounded, small, stream, 0, &rc);
         if (!b && rc == CCI_EOOM) {
             // Last resort, as a real cudaFree would: wait for the device, then give back every
             // whole cached segment. Another thread may have freed meanwhile: look again first.
             int fenced = cci__fenced_drain(a);  // first: a failed wait hands its blocks to the sync
-            if ((sync_pending(a) | fenced) && (b = take_free_block(a, rounded, small, stream)) != NULL)
+            if ((cci__sync_pending(a) | fenced) && (b = cci__take_free_block(a, rounded, small, stream)) != NULL)
                 new_segment = 0;
             if (!b) {
-                release_cached_all(a);
+                cci__release_cached_all(a);
                 b = alloc_segment(a, rounded, small, stream, 1, &rc);
             }
         }
@@ -902,8 +645,8 @@ void cci_alloc_empty_cache(cci_allocator *a)
     cci__lock(a);
     cci__tc_drain_all(a);
     cci__fenced_drain(a);
-    sync_pending(a);
-    release_cached_all(a);
+    cci__sync_pending(a);
+    cci__release_cached_all(a);
     cci__unlock(a);
 }
 

@@ -22,57 +22,6 @@
 #ifndef FENCE_TICK  // a build-time override, for policy experiments (docs/reuse-modes.md)
 #define FENCE_TICK 16
 #endif
-// A free block at least FENCED_FIT_NUM / FENCED_FIT_DEN times the request is a poor fit while
-// fenced frees wait: the pending blocks are looked at first (allocator.c, better_fit_after_fences).
-// 3/2 since session 8 (2 before): on the H100 resnet's peak over three processes went from
-// 3622-3796 MiB to 3696 in every one (immediate reuse: 3626), the host waits and their blocking
-// unchanged; in replay with 32 idle streams resnet 3566-3606 MiB at lags 4-64 against 3666-3788,
-// the encoder and seedfrag within their run-to-run spread (docs/reuse-modes.md).
-#ifndef FENCED_FIT_NUM  // build-time overrides, for policy experiments
-#define FENCED_FIT_NUM 3
-#endif
-#ifndef FENCED_FIT_DEN
-#define FENCED_FIT_DEN 2
-#endif
-// ... and where a fence is dear and every side stream idle (the backend's `busy` is 0: a pending
-// block is then had by an order, or by a wait behind the device's ordered work only), any fit
-// above FENCED_NEAR_FIT_NUM / FENCED_NEAR_FIT_DEN times the request is a poor one: immediate
-// reuse would have taken the exact block just freed, and near fits let the layout drift. On the
-// H100 (session 17, resnet with PyTorch's 32 idle pool streams) 39 processes of 39 then peaked at
-// immediate reuse's 3622 MiB, against 15 of 24 with 3/2 alone (the others 3696-3794 MiB), at the
-// same wall time within the host's noise. Elsewhere (DDP: NCCL's streams busy) 3/2 holds.
-#ifndef FENCED_NEAR_FIT_NUM
-#define FENCED_NEAR_FIT_NUM 101
-#endif
-#ifndef FENCED_NEAR_FIT_DEN
-#define FENCED_NEAR_FIT_DEN 100
-#endif
-// ... and of the pending blocks, those of the newest batches (recorded within the last
-// FENCED_FIT_SPARE * FENCE_TICK allocations) are not waited for on a poor fit: the device has
-// likely not reached them, and stalling the host behind another stream's work (NCCL's, under DDP)
-// costs wall time. Except where a fence is dear and every side stream idle (the backend's `busy`
-// is 0): then the host stalls only behind the device's ordered work (allocator.c).
-#ifndef FENCED_FIT_SPARE
-#define FENCED_FIT_SPARE 2
-#endif
-// On a poor fit, the open batch is put behind its fence too (not only the closed batches polled)
-// when a fence is this cheap: at most this many stream events (the backend's `width`). Measured on
-// the H100 (docs/reuse-modes.md): the encoder (2 events a fence) then peaks within 1.3 % of
-// immediate reuse instead of 3.7 %; DDP on two H200s (133 events a fence) lost 13 % of wall time
-// to it, so there the closed batches are only polled, as before. 0 turns it off.
-#ifndef FENCED_FIT_HARVEST_MAX_WIDTH
-#define FENCED_FIT_HARVEST_MAX_WIDTH 8
-#endif
-// ... and at most once every this many allocations: a loop that frees and allocates one size
-// meets a poor fit on every allocation, and a fence each time would cost more than it saves.
-#ifndef FENCED_FIT_HARVEST_EVERY
-#define FENCED_FIT_HARVEST_EVERY 2
-#endif
-// A miss (no free block fits) waits for the oldest batch that frees enough, except the
-// FENCED_MISS_SPARE newest: a build-time override for policy experiments (0: any batch).
-#ifndef FENCED_MISS_SPARE
-#define FENCED_MISS_SPARE 0
-#endif
 
 // Fenced frees (fenced.c): a batch of blocks made reusable together once one fence has passed.
 typedef struct cci_fence_batch {
@@ -89,11 +38,11 @@ enum { CCI_TELL_BATCH = 1, CCI_TELL_SERIAL = 2, CCI_TELL_ALL = 3 };
 /// Event kinds an observer can be told (cci_event_kind's values, 6 unused).
 #define CCI_TELL_KINDS (CCI_EV_SEGMENT_UNMAP + 1)
 
-// An event of a locked section kept for the observers until the next unlock (tcache.c).
+// An event of a locked section kept for the observers until the next unlock (lock_protocol.c).
 typedef cci_event cci_tc_event;
 
 struct cci_allocator {
-    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (tcache.c)
+    cci_lock lock;  // lock.h; taken through cci__lock and cci__unlock (lock_protocol.c)
     int device;
     cci_config cfg;
     cci_backend be;
@@ -128,9 +77,9 @@ struct cci_allocator {
     // Who hears an event of each kind through each door (CCI_TELL_BATCH, _SERIAL, _ALL): the
     // observers' calls (function and argument), in the order they were added, rebuilt as an
     // observer is added. Testing every observer's kinds and door on each event had cost as much
-    // as the two observers that want an allocation (session 7, the mixed workload's locked path);
+    // as the two observers that want an allocation (the mixed workload's locked path, callgrind);
     // the calls themselves rather than indices into obs spare the event path a load and an
-    // index computation an observer (session 9).
+    // index computation an observer (callgrind, commit 9ee292b).
     uint8_t tell_n[CCI_TELL_KINDS][CCI_TELL_ALL + 1];
     struct cci_tell_entry {
         cci_observer_fn fn;
@@ -176,6 +125,9 @@ static inline unsigned pool_index(unsigned small) { return CCI_POOL_LARGE - smal
 /// A block size the oversize statistic counts (max_split_size and above).
 static inline int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 
+/// A block alone in its segment (a whole segment, when free: one the device may have back).
+static inline int is_whole(const cci_block *b) { return !b->prev && !b->next; }
+
 // Internal, lock held.
 /// Merges the free neighbour `c` (b->prev or b->next, in the free set) into `b`: out of the free
 /// set, unlinked, its record recycled. The callers keep their own counters.
@@ -191,6 +143,11 @@ size_t cci__largest_free(cci_allocator *a);
 // reusable by a device synchronisation), or becomes reusable now (FREE_COMPLETED).
 void cci__defer_block(cci_allocator *a, cci_block *b);
 void cci__complete_block(cci_allocator *a, cci_block *b);
+/// The policy's search of the free set (allocator.c), for fit_rules.c: the best block for the
+/// request, out of the free set, or NULL.
+cci_block *cci__take_free_block(cci_allocator *a, size_t rounded, int small, uint64_t stream);
+/// Gives a whole free segment (one block, in the free set) back to the device (allocator.c).
+void cci__release_block(cci_allocator *a, cci_block *b);
 
 // Fenced frees (fenced.c). The lock is held on entry and exit; the functions that wait drop it
 // around the wait, so callers search the free set again afterwards.
@@ -260,7 +217,7 @@ static inline void cci__tell_inline(cci_allocator *a, const cci_event *ev, int w
 
 /// Tells the observers, at once when no thread cache exists, else at the unlock (tcache.h).
 /// Inline: an allocation and a locked free make three events, and a call for each had cost
-/// ~20 instructions of register saves beside the event itself (session 9).
+/// ~20 instructions of register saves beside the event itself (callgrind, commit 9ee292b).
 static inline void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint64_t stream, uintptr_t addr,
                                     size_t size, size_t requested)
 {

@@ -62,8 +62,9 @@ typedef struct cci_backend_vmm_ops {
     void (*drain)(void *ctx, int device);
     /// Optional (may be NULL): how many released pages the backend keeps now for page_create to
     /// hand out again, and their bytes. Device memory that reserved (= mapped) does not count,
-    /// shown by the reports. Host bookkeeping only, never a device call, so it also answers after
-    /// the device is gone (exit). CCI_OK, or CCI_EBACKEND for a device it does not know.
+    /// shown by the reports. Host bookkeeping only, never a call into the device, so it also
+    /// answers after the device is gone (exit). CCI_OK, or CCI_EBACKEND for a device it does not
+    /// know.
     int (*pooled)(void *ctx, int device, size_t *pages, size_t *bytes);
 } cci_backend_vmm_ops;
 

@@ -26,8 +26,8 @@ typedef struct cci_segment cci_segment;
 
 typedef struct cci_block {
     // The first 64 bytes hold what a descent of the free set reads at each node (key, links,
-    // priority), so that a level costs one cache line, not two (session 7: the free set's
-    // descents are a third of the mixed workload's instructions, each level a dependent load).
+    // priority), so that a level costs one cache line, not two (the free set's descents are a third
+    // of the mixed workload's instructions, each level a dependent load; commit 2ae5df7).
     uintptr_t addr;
     size_t size;
     uint64_t stream;
@@ -74,7 +74,7 @@ struct cci_segment {
 // each bin is a treap ordered by (size, addr) with address-derived priorities, so the same
 // operations build the same set on every run. Why bins: a search of one treap over the whole pool
 // was a descent of 6-8 dependent loads on the mixed workload; a bin holds a block or two, and
-// the first bin with anything above the request is found in a bitmap (session 9).
+// the first bin with anything above the request is found in a bitmap (callgrind, commit 4991773).
 #define CCI_FREE_BIN_BITS 3  // log2 of the bins an octave of sizes
 #define CCI_FREE_BINS 256    // the last holds every block of 7.5 TiB and more
 #define CCI_FREE_BIN_WORDS (CCI_FREE_BINS / 64)

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The allocator's lock (taken by cci__lock, tcache.c): one word, taken with a compare-and-swap and
-// given back with an exchange; the kernel is asked only when a thread has to wait.
+// The allocator's lock (taken by cci__lock, lock_protocol.c): one word, taken with a
+// compare-and-swap and given back with an exchange; the kernel is asked only when a thread has to
+// wait.
 //
 // Why not a pthread mutex: glibc's lock and unlock cost 67 instructions a locked section around
 // the same two atomic operations (its type dispatch, owner and user counts), 7 % of the mixed
-// workload's operation through the hooks, where every operation takes the lock (session 10).
+// workload's operation through the hooks, where every operation takes the lock (callgrind,
+// commit 1813000).
 // A waiter behaves as with PTHREAD_MUTEX_ADAPTIVE_NP, which the allocator used: a short spin (a
 // section lasts tens of nanoseconds), then sleep in the kernel (lock.c).
 #ifndef CCI_LOCK_H

@@ -17,7 +17,7 @@ static int is_pow2(size_t v) { return v && !(v & (v - 1)); }
 static unsigned divisions_for(const cci_config *c, size_t size)
 {
     // Every size under 2 MiB is in the first interval: no logarithm for them (every cached small
-    // allocation rounds here, issue 15).
+    // allocation rounds here: it is on the cached pair's path, commit b9216df).
     if (size < FIRST_INTERVAL_END)
         return c->roundup_divisions[0];
     unsigned idx = log2_floor(size) - 20;  // 1 for [2 MiB, 4 MiB), ...

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// One thread's fast paths without a locked instruction (issue 15).
+// One thread's fast paths without a locked instruction.
 //
 // Every fast path of a thread cache took its gate with a compare-and-swap (tcache.c), because the
 // lock holder of any other thread may stop the cache at any moment. That one locked instruction,
 // two a pair, was ~6 ns of a ~32 ns cudaMallocAsync+cudaFreeAsync pair on the development machine
-// (docs/benchmarks.md, session 15), and callgrind cannot see it: it counts one instruction.
+// (docs/benchmarks.md, commit 36971b1), and callgrind cannot see it: it counts one instruction.
 //
 // The lock itself costs two more (its compare-and-swap and its exchange, lock.h) in every locked
 // section: every operation of the mixed workload, every fenced cudaMalloc.

@@ -262,7 +262,7 @@ int cci_report_dump_snapshot(cci_report_snapshot *s, const char *pattern, const 
 /// only then.
 int cci_report_has_activity(const cci_report_snapshot *s);
 /// Asks `be`'s virtual-memory group how many released pages it keeps for each device of the
-/// snapshot (vmm.pooled: host bookkeeping, no device call, so safe at exit) and fills
+/// snapshot (vmm.pooled: host bookkeeping, no call into the device, so safe at exit) and fills
 /// vmm_pool_*. Leaves them unknown when the backend has no VMM group or no pooled query.
 void cci_report_fill_vmm_pool(cci_report_snapshot *s, cci_backend be);
 /// Configurations the advice rules would like measured beyond the sweep's grid (e.g. the
@@ -327,7 +327,7 @@ size_t cci_report_oom_format(char *buf, size_t buflen, cci_allocator *a, cci_rep
 /// What the caller measured for an out-of-memory block, printed at its end. Every field may be
 /// NULL or "".
 typedef struct cci_report_oom_extra {
-    /// Hook for the call-site report (issue 16, who holds the memory): the top holders, already
+    /// Hook for the call-site report (who holds the memory): the top holders, already
     /// formatted as lines, printed before the what-if line.
     const char *holders;
     /// One paragraph: the setting that a replay of the history up to this failure says would

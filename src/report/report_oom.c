@@ -104,7 +104,7 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
     put(o, "  Largest free block: %s. On this device so far: %llu OOM(s), %llu cudaMalloc retries.\n",
         size_text(st.largest_free_block, h4, sizeof h4), (unsigned long long)st.num_ooms,
         (unsigned long long)st.num_alloc_retries);
-    // ---- issue 16: the fragmentation figure (largest free block vs all cached free bytes) ----
+    // ---- the fragmentation figure (largest free block vs all cached free bytes) ----
     if (have_layout) {
         cci__frag_compute(&d->now, &d->frag_now);
         char f1[16], f2[16];
@@ -114,7 +114,7 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
             size_text(d->frag_now.cached_free, f2, sizeof f2), (unsigned long long)d->frag_now.free_blocks,
             d->frag_now.ratio);
     }
-    // ---- end issue 16 ----
+    // ---- end ----
     if (have_layout)
         put(o, "  Configuration: %s\n", d->config);
     // A request larger than the whole device is a wrong size, not a full device: no setting helps,
@@ -149,12 +149,12 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
             put_wrapped(o, "  * ", d->advice[k].text);
         }
     }
-    // ---- issue 16: the caller's measurements (top holders: hook for the call-site report) ----
+    // ---- the caller's measurements (top holders: hook for the call-site report) ----
     if (extra && extra->holders && *extra->holders)
         put(o, "%s", extra->holders);
     if (extra && extra->whatif && *extra->whatif)
         put_wrapped(o, "  => ", extra->whatif);
-    // ---- end issue 16 ----
+    // ---- end ----
     if (d) {
         cci__device_free(d);
         free(d);

@@ -135,7 +135,7 @@ static uint64_t moved(uint64_t v, int64_t d) { return d >= 0 || v > (uint64_t)-d
 // A batch's change of a figure: other threads' batches may move the same figure at once. A
 // compare-and-swap rather than a lock of the timeline's own: on the mixed workload every locked
 // section's stop hands a batch of one or two records over, and the lock's pair of calls had cost
-// more than the rest of the batch's work (session 7).
+// more than the rest of the batch's work (callgrind, commit 69c5af9).
 static void move_shared(uint64_t *v, int64_t d)
 {
     uint64_t old = __atomic_load_n(v, __ATOMIC_RELAXED);
@@ -204,7 +204,8 @@ static void observe(void *ud, const cci_event *ev)
     cci_report_timeline *t = ud;  // runs under the allocator lock: no lock of its own
     int bpool = ev->size <= SMALL_BLOCK_MAX;
     // An allocation's and a free's events by compares, the rest by a switch: a jump table over
-    // every kind mispredicted where allocations and frees come in random order (session 9).
+    // every kind mispredicted where allocations and frees come in random order (callgrind, commit
+    // f1cb074).
     if (ev->kind == CCI_EV_ALLOC) {
         t->alloc[bpool] += ev->size;
         if (t->seg_new && t->seg_pool == bpool && t->cached_before >= ev->size)
@@ -242,8 +243,8 @@ static int observe_batch(void *ud, const cci_fast_batch *b)
     const cci_fast_event *ev = b->ev;
     size_t n = b->n;
     // Bytes allocated and freed per pool, summed without a branch: this runs for every record of
-    // the hooks' fast path (issue 15). A fast free's request and completion come together, so the
-    // waiting bytes do not move.
+    // the hooks' fast path (callgrind, commit 709daa7). A fast free's request and completion come
+    // together, so the waiting bytes do not move.
     int64_t sum[2][2] = {{0, 0}, {0, 0}};
     for (size_t i = 0; i < n; i++)
         sum[ev[i].requested == CCI_FAST_FREED][ev[i].size <= SMALL_BLOCK_MAX] += (int64_t)ev[i].size;
