@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The core's device backend over the CUDA driver: plain segments (cuda_context.c), fences
-// (fence.c) and, where the driver has the virtual-memory API, VMM segments (vmm.c), assembled
+// (fence_*.c) and, where the driver has the virtual-memory API, VMM segments (vmm.c), assembled
 // into the one operations table the allocators get.
 #include "backend_cuda.h"
 
@@ -10,6 +10,7 @@
 #include "context_fences.h"
 #include "cuda_context.h"
 #include "fence.h"
+#include "fence_watcher.h"
 #include "stream_registry.h"
 #include "vmm.h"
 
@@ -19,7 +20,7 @@ static cci_backend_ops cuda_ops = {
     .capacity = cci_cuda_capacity,
     .synchronize = cci_cuda_synchronize,
     // Fences: events on the streams that may still use a block, instead of device-wide
-    // synchronisations (fence.c).
+    // synchronisations (fence_ops.c).
     .caps = CCI_CAP_FENCES,
     .fence = &cci_cuda_fence_ops,
 };
@@ -31,6 +32,8 @@ static pthread_once_t groups_once = PTHREAD_ONCE_INIT;
 static void add_groups(void)
 {
     cci_cuda_vmm_wire(&cuda_ops);
+    // Before any fence can be recorded: the fences tell the watcher through these, never by name.
+    cci_cuda_fence_watched_by(cci_fence_watcher_news, cci_fence_watcher_running);
 }
 
 cci_backend cci_cuda_backend(void)

@@ -123,7 +123,7 @@ typedef struct cci_backend_fence_ops {
 /// fence_ops.order's "after a catch_up" (see there).
 #define CCI_ORDER_BEHIND 2
 /// The most busy streams the CUDA backend's order sweeps; with more it refuses and the core
-/// waits (backend_cuda_fence.c says why). Replay models the same bound (ccreplay --fenced-order).
+/// waits (preload/cuda/fence_order.c says why). Replay models the same bound (ccreplay --fenced-order).
 #define CCI_FENCE_ORDER_MAX_BUSY 4
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
