@@ -14,6 +14,15 @@
 #include "stream_registry.h"
 #include "vmm.h"
 
+// The costs of the device's calls, as the statistics carry them: the fences' (counted for the
+// whole process) and the device's own VMM calls.
+static void cuda_costs(void *ctx, int device, cci_stats *out)
+{
+    (void)ctx;
+    cci_cuda_fence_costs(out);
+    cci_cuda_vmm_costs(device, out);
+}
+
 static cci_backend_ops cuda_ops = {
     .reserve = cci_cuda_segment_reserve,
     .release = cci_cuda_segment_release,
@@ -23,6 +32,7 @@ static cci_backend_ops cuda_ops = {
     // synchronisations (fence_ops.c).
     .caps = CCI_CAP_FENCES,
     .fence = &cci_cuda_fence_ops,
+    .costs = cuda_costs,
 };
 
 // The optional groups depend on what the loaded driver offers: decided once, before the first

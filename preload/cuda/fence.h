@@ -5,6 +5,7 @@
 #define CCI_PRELOAD_FENCE_H
 
 #include "backend.h"
+#include "ccinterpose.h"
 #include "real.h"
 #include "stream_registry.h"
 
@@ -39,9 +40,13 @@ void cci_cuda_fence_drop_device(int device);
 /// In a fork child: forget the parent's events without driver calls.
 void cci_cuda_fence_atfork_child(void);
 
-/// At CCI_LOG=info: one line of what fences cost the host (records, queries, time blocked in
-/// waits), for a run that recorded any. Called once at exit, after the rule's own line.
-void cci_cuda_fence_log_costs(void);
+/// What fences cost the host, into the fence_* fields of *out (the statistics; the backend's
+/// costs operation). Counted for the whole process: a fence covers every device.
+void cci_cuda_fence_costs(cci_stats *out);
+/// At CCI_LOG=info: the lines of what fences cost the host (records, queries, time blocked in
+/// waits), printed from those fields of the statistics, for a run that recorded any. Called once
+/// at exit, after the rule's own line.
+void cci_cuda_fence_log_costs(const cci_stats *s);
 
 /// For the fence watcher (fence_watcher.c), which looks at the fences from a thread of its own
 /// (fence_for_watcher.c). The fences never call the watcher by name: before the first fence is
