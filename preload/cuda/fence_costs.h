@@ -4,7 +4,8 @@
 // A fence is cheap when its events are recorded and queried, and costs the program's speed when
 // the host blocks on one (the GPU's queue drains while the CPU waits). The counts say how much of
 // each happened, so that a slow run under the default mode can be put down to the waits or
-// cleared of them. The lazy part's driver calls are counted on their own: stream questions
+// cleared of them: they are statistics (cci_stats' fence_* fields, cci_cuda_fence_costs) and the
+// exit lines print them. The lazy part's driver calls are counted on their own: stream questions
 // (cuStreamQuery), sweeps recorded, shared events (sweeps, retired) queried.
 #ifndef CCI_PRELOAD_FENCE_COSTS_H
 #define CCI_PRELOAD_FENCE_COSTS_H
@@ -48,7 +49,7 @@ void cci__fence_cost_add(int kind, unsigned long long since, size_t events);
 /// One more of a cci_fence_costs counter: FENCE_COUNT(stream_checks).
 #define FENCE_COUNT(field) atomic_fetch_add_explicit(&cci__fence_costs.field, 1, memory_order_relaxed)
 
-/// In a fork child: the child's exit line counts the child's fences.
+/// In a fork child: the child's statistics and exit lines count the child's fences.
 void cci__fence_costs_atfork_child(void);
 
 #endif

@@ -107,7 +107,7 @@ extern unsigned cci__fence_generation[CCI_PL_MAX_DEVICES] CCI_HIDDEN;
 extern shared_event *cci__fence_retired CCI_HIDDEN;
 // fence_ops.c: the fence clock, the last fence's seq. Read (seq_cst) before a stream is asked or
 // swept, so that every fence numbered up to the value read was recorded, hence its frees issued,
-// before the question (fence_looks.c, cover_stream).
+// before the question (fence_looks.c, cci__fence_cover_stream).
 extern _Atomic unsigned long long cci__fence_clock CCI_HIDDEN;
 // fence_for_watcher.c: every fence with seq <= this has passed, legacy events, non-blocking
 // streams and retired events alike, as a look of the watcher thread found. Asking such a fence

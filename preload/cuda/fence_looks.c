@@ -216,7 +216,7 @@ int cci__fence_look_put_off(void)
 }
 
 // When it asked the driver anything, its own cost (the host's time in it; a wait's blocking comes
-// after) is what look_put_off rations by.
+// after) is what cci__fence_look_put_off rations by.
 int cci__fence_look_at_streams(look *lk)
 {
     unsigned long long since = cci_pl_now_ns();

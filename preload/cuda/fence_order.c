@@ -205,7 +205,7 @@ static unsigned census_busy(void)
 
 // Where more than CCI_FENCE_ORDER_MAX_BUSY non-blocking streams live, one order at a time on the
 // GPU: the last order's target is kept, and while the GPU has not reached it the next order is
-// answered CCI_ORDER_BEHIND: the core waits for that target (fence_catch_up), then orders. Without
+// answered CCI_ORDER_BEHIND: the core waits for that target (catch_up, below), then orders. Without
 // a bound the host ran ever further ahead of the GPU: on the H100, 5 of 21 resnet processes
 // peaked 1.046-1.073x immediate reuse's 3626 MiB (2026-11-25, 9e860a6). Refusing the order
 // instead made the host wait for the newer fence the core wanted, which can leave the GPU nothing
@@ -259,7 +259,7 @@ static int ctx_order_now(cuda_fence *f)
         order_forget();  // (kept from a time with more streams)
     if (throttled && !order_outstanding_done()) {
         cci_capture_gate_leave();
-        return CCI_ORDER_BEHIND;  // the core waits for the last order's target (fence_catch_up)
+        return CCI_ORDER_BEHIND;  // the core waits for the last order's target (catch_up)
     }
     if (census_busy() > CCI_FENCE_ORDER_MAX_BUSY) {
         cci_capture_gate_leave();
