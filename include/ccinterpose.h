@@ -29,8 +29,9 @@
 extern "C" {
 #endif
 
-/* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended. */
-#define CCI_STATS_VERSION 3
+/* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
+   4: the device calls' costs appended (fence_* and vmm_*). */
+#define CCI_STATS_VERSION 4
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -72,6 +73,54 @@ typedef struct cci_stats {
     /* Version 3. */
     uint64_t num_fence_catch_ups;  /**< times the host waited for the GPU to reach an earlier order
                                         before ordering a fence instead of waiting for it */
+    /* Version 4: what the device's calls cost the host, as the device backend counts them (ours
+       alone; PyTorch has no such keys). `_ns` fields are host nanoseconds. Under the preload the
+       fence_* figures are counted for the whole PROCESS (a fence covers every device's streams):
+       every device reports the same. The vmm_* figures are the device's own. A simulated device
+       reports the calls it counts and no time. */
+    uint64_t fence_record_calls;   /**< fence records asked of the backend (failed ones too) */
+    uint64_t fence_record_events;  /**< events they recorded (one per device, or a context event each) */
+    uint64_t fence_record_ns;
+    uint64_t fence_query_calls;    /**< fence queries and polls that asked the device (not those
+                                        answered from, or left to, the fence watcher's looks) */
+    uint64_t fence_query_events;   /**< events those asked the driver about */
+    uint64_t fence_query_ns;       /**< time in them, the looks at non-blocking streams included */
+    uint64_t fence_wait_calls;     /**< fence waits (not answered from the watcher's looks) */
+    uint64_t fence_wait_events;    /**< events the host blocked on in them */
+    uint64_t fence_wait_ns;        /**< time the host was blocked in them */
+    uint64_t fence_order_calls;    /**< fence orders decided (made, refused or behind; not covered) */
+    uint64_t fence_order_ns;       /**< time in them */
+    uint64_t fence_catch_up_calls; /**< catch-ups: waits for the GPU to reach the last order */
+    uint64_t fence_catch_up_events; /**< of those, the ones that had an order's event to wait for */
+    uint64_t fence_catch_up_ns;    /**< time the host was blocked in them */
+    uint64_t fence_barrier_records; /**< records whose event orders all later work (a barrier) */
+    uint64_t fence_context_records; /**< records made of context events (every stream at once) */
+    uint64_t fence_stream_queries; /**< questions to non-blocking streams (looks, orders, census) */
+    uint64_t fence_stream_idle_answers; /**< of those, streams found idle */
+    uint64_t fence_sweeps;         /**< sweep events recorded on busy non-blocking streams */
+    uint64_t fence_shared_event_queries; /**< sweep and destroyed-stream events asked */
+    uint64_t fence_looks_put_off;  /**< looks at the streams asked in passing and put off */
+    uint64_t fence_orders_made;    /**< orders given on the GPU instead of a host wait */
+    uint64_t fence_orders_covered; /**< orders answered by an earlier one (no device call) */
+    uint64_t fence_orders_refused; /**< orders refused (the host waited) */
+    uint64_t fence_orders_behind;  /**< orders answered behind the last one (a catch-up first) */
+    uint64_t fence_order_stream_waits; /**< stream waits the orders queued */
+    uint64_t fence_order_skips;    /**< streams an order did not ask (found idle since) */
+    uint64_t fence_context_orders; /**< orders made of a context event and a context wait */
+    uint64_t fence_watcher_rounds; /**< the fence watcher's looks that found every fence up to theirs passed */
+    uint64_t fence_watcher_stream_queries; /**< of fence_stream_queries, the watcher's */
+    uint64_t fence_watcher_looks_ahead; /**< the watcher's looks ahead (idle streams covered early) */
+    uint64_t fence_watched_answers; /**< fence queries and waits answered from the watcher's looks */
+    uint64_t vmm_create_calls;     /**< cuMemCreate */
+    uint64_t vmm_create_ns;
+    uint64_t vmm_map_calls;        /**< cuMemMap */
+    uint64_t vmm_map_ns;
+    uint64_t vmm_set_access_calls; /**< cuMemSetAccess */
+    uint64_t vmm_set_access_ns;
+    uint64_t vmm_unmap_calls;      /**< cuMemUnmap */
+    uint64_t vmm_unmap_ns;
+    uint64_t vmm_release_calls;    /**< cuMemRelease */
+    uint64_t vmm_release_ns;
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -29,7 +29,6 @@
 #include "stream_rule.h"
 #include "streams.h"
 #include "trace_record.h"
-#include "vmm.h"
 
 // ---- load ---------------------------------------------------------------------------------
 
@@ -161,7 +160,8 @@ void cci_preload_start(void)
 //   2. the exit report (CCI_REPORT, stderr by default);
 //   3. the per-level line (CCI_LOG=info), then
 //   4. one summary line per device (CCI_LOG=info);
-//   5. the stream rule the run ended under, fences and host waits (CCI_LOG=info).
+//   5. the stream rule the run ended under, fences and host waits, then what the fences and the
+//      VMM calls cost the host, from the statistics (CCI_LOG=info).
 //   2-4 keep the order these lines have always had on stderr.
 
 __attribute__((destructor)) static void at_exit(void)
@@ -177,6 +177,5 @@ __attribute__((destructor)) static void at_exit(void)
     cci_pl_exit_summary();
     cci_rule_log_exit();
     cci_fence_watcher_stop();  // normally stopped before CUDA was torn down (its atexit handler)
-    cci_cuda_fence_log_costs();
-    cci_cuda_vmm_log_costs();
+    cci_pl_exit_costs();
 }

@@ -145,7 +145,7 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamEndCapture, OPTIONAL, (CUstream s, CUgraph * g), (s, g))                       \
     X(cuStreamEndCapture_ptsz, OPTIONAL, (CUstream s, CUgraph * g), (s, g))
 
-/// Called by the CUDA fence group (cuda/fence.c). OPTIONAL: without all of the event
+/// Called by the CUDA fence group (cuda/fence_*.c). OPTIONAL: without all of the event
 /// calls the backend offers no fences and the core synchronises the device instead.
 #define CCI_REAL_DRIVER_CALLED_FENCES(X)                                                     \
     X(cuEventCreate, OPTIONAL, (CUevent * e, unsigned flags), (e, flags))                    \

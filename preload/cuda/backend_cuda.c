@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The core's device backend over the CUDA driver: plain segments (cuda_context.c), fences
-// (fence.c) and, where the driver has the virtual-memory API, VMM segments (vmm.c), assembled
+// (fence_*.c) and, where the driver has the virtual-memory API, VMM segments (vmm.c), assembled
 // into the one operations table the allocators get.
 #include "backend_cuda.h"
 
@@ -10,8 +10,18 @@
 #include "context_fences.h"
 #include "cuda_context.h"
 #include "fence.h"
+#include "fence_watcher.h"
 #include "stream_registry.h"
 #include "vmm.h"
+
+// The costs of the device's calls, as the statistics carry them: the fences' (counted for the
+// whole process) and the device's own VMM calls.
+static void cuda_costs(void *ctx, int device, cci_stats *out)
+{
+    (void)ctx;
+    cci_cuda_fence_costs(out);
+    cci_cuda_vmm_costs(device, out);
+}
 
 static cci_backend_ops cuda_ops = {
     .reserve = cci_cuda_segment_reserve,
@@ -19,9 +29,10 @@ static cci_backend_ops cuda_ops = {
     .capacity = cci_cuda_capacity,
     .synchronize = cci_cuda_synchronize,
     // Fences: events on the streams that may still use a block, instead of device-wide
-    // synchronisations (fence.c).
+    // synchronisations (fence_ops.c).
     .caps = CCI_CAP_FENCES,
     .fence = &cci_cuda_fence_ops,
+    .costs = cuda_costs,
 };
 
 // The optional groups depend on what the loaded driver offers: decided once, before the first
@@ -31,6 +42,8 @@ static pthread_once_t groups_once = PTHREAD_ONCE_INIT;
 static void add_groups(void)
 {
     cci_cuda_vmm_wire(&cuda_ops);
+    // Before any fence can be recorded: the fences tell the watcher through these, never by name.
+    cci_cuda_fence_watched_by(cci_fence_watcher_news, cci_fence_watcher_running);
 }
 
 cci_backend cci_cuda_backend(void)

@@ -4,10 +4,10 @@
 // cuCtxRecordEvent (CUDA 12.5) records into one event all the work queued so far on every stream
 // of a context: the legacy, blocking, per-thread and non-blocking streams, and a primary
 // context's green contexts. cuCtxWaitEvent makes all later work of the context, on every stream
-// (those created later too), wait for such an event. Measured on the H100 (driver 13.0, commit
+// (those created later too), wait for such an event. Measured on the H100 (driver 13.0, 2026-11-25,
 // efe120f): a record costs ~230 ns whatever the number of streams (0, 32 or 256), a wait ~220 ns; a
 // question (cuEventQuery) costs what a legacy event's does. Where the lazy coverage of
-// the fences (fence.c) asked up to one cuStreamQuery per non-blocking stream per fence (PyTorch's
+// fence_looks.c asked up to one cuStreamQuery per non-blocking stream per fence (PyTorch's
 // 32 idle pool streams: ~50 000 questions a resnet process), a context fence asks one event per
 // device, and THE ORDER is one record and one wait instead of a question and a stream wait per
 // stream.

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The CUDA backend's fence group: events on every stream that may still use a freed block
-// (backend_cuda_fence.c says which, and why).
-#ifndef CCI_PRELOAD_BACKEND_CUDA_FENCE_H
-#define CCI_PRELOAD_BACKEND_CUDA_FENCE_H
+// The CUDA backend's fence group: events on every stream that may still use a freed block. Its
+// pieces are the fence_*.c files (fence_impl.h says which covers what, and why).
+#ifndef CCI_PRELOAD_FENCE_H
+#define CCI_PRELOAD_FENCE_H
 
 #include "backend.h"
+#include "ccinterpose.h"
 #include "real.h"
 #include "stream_registry.h"
 
-/// Wired into the CUDA backend's ops with CCI_CAP_FENCES (backend_cuda.c).
+/// Wired into the CUDA backend's ops with CCI_CAP_FENCES (backend_cuda.c, fence_ops.c).
 extern const cci_backend_fence_ops cci_cuda_fence_ops;
 
 /// Before a stream is destroyed (called by the stream registry with its lock held): records an
@@ -39,11 +40,20 @@ void cci_cuda_fence_drop_device(int device);
 /// In a fork child: forget the parent's events without driver calls.
 void cci_cuda_fence_atfork_child(void);
 
-/// At CCI_LOG=info: one line of what fences cost the host (records, queries, time blocked in
-/// waits), for a run that recorded any. Called once at exit, after the rule's own line.
-void cci_cuda_fence_log_costs(void);
+/// What fences cost the host, into the fence_* fields of *out (the statistics; the backend's
+/// costs operation). Counted for the whole process: a fence covers every device.
+void cci_cuda_fence_costs(cci_stats *out);
+/// At CCI_LOG=info: the lines of what fences cost the host (records, queries, time blocked in
+/// waits), printed from those fields of the statistics, for a run that recorded any. Called once
+/// at exit, after the rule's own line.
+void cci_cuda_fence_log_costs(const cci_stats *s);
 
-/// For the fence watcher (fence_watcher.c), which looks at the fences from a thread of its own.
+/// For the fence watcher (fence_watcher.c), which looks at the fences from a thread of its own
+/// (fence_for_watcher.c). The fences never call the watcher by name: before the first fence is
+/// recorded, it is registered here: `news` is called at a record where looks are dear (many live
+/// streams), and while `running` answers 1 a poll in passing leaves a fence the watcher has not
+/// reached yet to it. NULL for either: none.
+void cci_cuda_fence_watched_by(void (*news)(void), int (*running)(void));
 /// The fence clock: the last fence recorded (fences are numbered 1, 2, ...).
 unsigned long long cci_cuda_fence_clock(void);
 /// A mark: an event of the pool recorded now on `device`'s legacy stream, in its primary context

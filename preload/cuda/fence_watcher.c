@@ -2,12 +2,12 @@
 // THE WATCHER: the fences' looks made by a thread of ours, off the program's threads.
 //
 // Why. A fence passes once its legacy events have passed and every non-blocking stream has run
-// its work from before the fence (backend_cuda_fence.c). Finding that out costs one driver call
-// per live stream (a "look"); under PyTorch (32 idle pool streams) that was ~68 000 questions a
-// resnet process, ~1 us each on a busy H100, 90-100 ms of the program's host time (session 11),
-// and every question was asked by the thread that allocates. The same questions asked from
-// another thread cost that thread nothing measurable: in session 12 a thread asking 33 questions
-// every 200 us (1.36 M a process) beside native resnet left its wall time at 0.993x.
+// its work from before the fence (fence_impl.h). Finding that out costs one driver call per live
+// stream (a "look"); under PyTorch (32 idle pool streams) that was ~68 000 questions a resnet
+// process, ~1 us each on a busy H100, 90-100 ms of the program's host time, and every question
+// was asked by the thread that allocates. The same questions asked from another thread cost that
+// thread nothing measurable: a thread asking 33 questions every 200 us (1.36 M a process) beside
+// native resnet left its wall time at 0.993x (H100, 2026-11-24, docs/benchmarks.md; 7a332ed).
 //
 // How. One thread, started at the first fence recorded while more than a few streams are live:
 //   1. read the fence clock (`upto`, the last fence recorded): every fence up to it has had its
@@ -27,7 +27,7 @@
 // busy ones (cci_cuda_fence_look_ahead): an idle answer then spares the program's own look of that
 // stream for every fence up to it, and THE ORDER's question to it. The marks wait for the GPU to
 // reach them, milliseconds behind the host under PyTorch; a program thread whose fence's legacy event
-// had passed in that time asked every stream itself (~50 000 questions a resnet process, session 12).
+// had passed in that time asked every stream itself (~50 000 questions a resnet process; 527bb9b).
 // A program thread that needs a fence the watcher has not reached (a miss, a wait) asks as before;
 // the watcher only ever answers "passed", for the same reasons a look does.
 //
@@ -157,8 +157,8 @@ static int look_upto(unsigned long long upto)
 }
 
 // The watcher's calls must never meet another thread's global-mode capture: a question from any
-// thread while one runs is refused and breaks it (seen on the H100, session 12: a capture through
-// cudaStreamBeginCapture invalidated while the watcher polled its mark). In relaxed mode, kept
+// thread while one runs is refused and breaks it (seen on the H100, 2026-11-24, 4687cf3: a capture
+// through cudaStreamBeginCapture invalidated while the watcher polled its mark). In relaxed mode, kept
 // for the thread's life, they are not refused. 0 when the driver cannot do that.
 static int relax(void)
 {

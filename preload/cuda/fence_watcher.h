@@ -4,6 +4,8 @@
 #ifndef CCI_PRELOAD_FENCE_WATCHER_H
 #define CCI_PRELOAD_FENCE_WATCHER_H
 
+/// The two below are what the fences call, registered with them (cci_cuda_fence_watched_by, from
+/// backend_cuda.c): the fences never name the watcher.
 /// A fence was recorded and looks at the streams are dear (many live streams): the first call
 /// starts the watcher (unless CCI_FENCE_WATCHER=0), later ones wake it if it sleeps. Cheap: one
 /// relaxed load while it is busy.

@@ -35,7 +35,7 @@ int cci_fences_barriers_granted(void);
 
 // ---- the streams the program created ------------------------------------------------------
 
-/// The fence group's state for one live non-blocking stream (cuda/fence.c): which fences
+/// The fence group's state for one live non-blocking stream (fence_looks.c): which fences
 /// its work is known to have passed, and its pending "sweep" events. Owned by the fence group,
 /// kept in the stream's registry entry so that it goes when the stream does.
 typedef struct cci_stream_cover cci_stream_cover;

@@ -33,31 +33,47 @@ static _Thread_local int hash_oom;
 // ---- what the driver's virtual-memory calls cost the host -----------------------------------
 // The reference costs above are an idle device's; while kernels run some calls take several times
 // longer, and compact mode's page moves make them on a running program. Each real call is timed
-// and the exit log (CCI_LOG=info) says how many of each were made and how long they took, so that
-// a slow run under a VMM mode can be put down to these calls or cleared of them.
+// per device; the statistics carry the counts (cci_stats' vmm_* fields, through the backend's
+// costs operation) and the exit log (CCI_LOG=info) prints them, so that a slow run under a VMM
+// mode can be put down to these calls or cleared of them.
 enum { VT_CREATE, VT_RELEASE, VT_MAP, VT_UNMAP, VT_ACCESS, VT_KINDS };
-static _Atomic unsigned long long vt_calls[VT_KINDS], vt_ns[VT_KINDS];
+static _Atomic unsigned long long vt_calls[CCI_PL_MAX_DEVICES][VT_KINDS], vt_ns[CCI_PL_MAX_DEVICES][VT_KINDS];
 
-static void vt_add(int kind, uint64_t since)
+// `device` is valid (every caller checked it before its driver call).
+static void vt_add(int device, int kind, uint64_t since)
 {
-    atomic_fetch_add_explicit(&vt_calls[kind], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&vt_ns[kind], cci_pl_now_ns() - since, memory_order_relaxed);
+    atomic_fetch_add_explicit(&vt_calls[device][kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&vt_ns[device][kind], cci_pl_now_ns() - since, memory_order_relaxed);
 }
 
-void cci_cuda_vmm_log_costs(void)
+void cci_cuda_vmm_costs(int device, cci_stats *out)
 {
-    unsigned long long c[VT_KINDS], ns[VT_KINDS], any = 0;
-    for (int k = 0; k < VT_KINDS; k++) {
-        c[k] = atomic_load(&vt_calls[k]);
-        ns[k] = atomic_load(&vt_ns[k]);
-        any |= c[k];
-    }
-    if (!any)
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return;
+    _Atomic unsigned long long *c = vt_calls[device], *ns = vt_ns[device];
+    out->vmm_create_calls = atomic_load(&c[VT_CREATE]);
+    out->vmm_create_ns = atomic_load(&ns[VT_CREATE]);
+    out->vmm_map_calls = atomic_load(&c[VT_MAP]);
+    out->vmm_map_ns = atomic_load(&ns[VT_MAP]);
+    out->vmm_set_access_calls = atomic_load(&c[VT_ACCESS]);
+    out->vmm_set_access_ns = atomic_load(&ns[VT_ACCESS]);
+    out->vmm_unmap_calls = atomic_load(&c[VT_UNMAP]);
+    out->vmm_unmap_ns = atomic_load(&ns[VT_UNMAP]);
+    out->vmm_release_calls = atomic_load(&c[VT_RELEASE]);
+    out->vmm_release_ns = atomic_load(&ns[VT_RELEASE]);
+}
+
+void cci_cuda_vmm_log_costs(const cci_stats *s)
+{
+    if (!(s->vmm_create_calls | s->vmm_map_calls | s->vmm_set_access_calls | s->vmm_unmap_calls |
+          s->vmm_release_calls))
         return;
     cci_log(CCI_LOG_INFO, "virtual-memory calls on the host: %llu cuMemCreate %.1f ms, %llu cuMemMap %.1f ms, "
-            "%llu cuMemSetAccess %.1f ms, %llu cuMemUnmap %.1f ms, %llu cuMemRelease %.1f ms", c[VT_CREATE],
-            ns[VT_CREATE] / 1e6, c[VT_MAP], ns[VT_MAP] / 1e6, c[VT_ACCESS], ns[VT_ACCESS] / 1e6, c[VT_UNMAP],
-            ns[VT_UNMAP] / 1e6, c[VT_RELEASE], ns[VT_RELEASE] / 1e6);
+            "%llu cuMemSetAccess %.1f ms, %llu cuMemUnmap %.1f ms, %llu cuMemRelease %.1f ms",
+            (unsigned long long)s->vmm_create_calls, s->vmm_create_ns / 1e6, (unsigned long long)s->vmm_map_calls,
+            s->vmm_map_ns / 1e6, (unsigned long long)s->vmm_set_access_calls, s->vmm_set_access_ns / 1e6,
+            (unsigned long long)s->vmm_unmap_calls, s->vmm_unmap_ns / 1e6, (unsigned long long)s->vmm_release_calls,
+            s->vmm_release_ns / 1e6);
 }
 
 typedef struct page_rec {
@@ -170,7 +186,7 @@ static void release_handle(int device, CUmemGenericAllocationHandle h)
     if (cci_cuda_enter(device, &sc) == 0) {
         uint64_t t0 = cci_pl_now_ns();
         r = cci_real_drv()->cuMemRelease(h);
-        vt_add(VT_RELEASE, t0);
+        vt_add(device, VT_RELEASE, t0);
         cci_cuda_leave(&sc);
     }
     if (r != CUDA_SUCCESS)
@@ -342,14 +358,14 @@ static int page_create(void *ctx, int device, size_t size, uint64_t *page)
     CUmemGenericAllocationHandle h = 0;
     uint64_t t0 = cci_pl_now_ns();
     CUresult cr = cci_real_drv()->cuMemCreate(&h, size, &prop, 0);
-    vt_add(VT_CREATE, t0);
+    vt_add(device, VT_CREATE, t0);
     if (cr == CUDA_ERROR_OUT_OF_MEMORY && d->pool_n) {
         // The pool holds pages of other sizes (PyTorch's 2 MiB and 20 MiB pages): their memory
         // serves this page better than an out-of-memory does.
         drain_pool(device);
         t0 = cci_pl_now_ns();
         cr = cci_real_drv()->cuMemCreate(&h, size, &prop, 0);
-        vt_add(VT_CREATE, t0);
+        vt_add(device, VT_CREATE, t0);
     }
     cci_cuda_leave(&sc);
     if (cr != CUDA_SUCCESS) {
@@ -411,7 +427,7 @@ static int page_release(void *ctx, int device, uint64_t page)
         return CCI_EBACKEND;
     uint64_t t0 = cci_pl_now_ns();
     CUresult cr = cci_real_drv()->cuMemRelease((CUmemGenericAllocationHandle)page);
-    vt_add(VT_RELEASE, t0);
+    vt_add(device, VT_RELEASE, t0);
     cci_cuda_leave(&sc);
     if (cr != CUDA_SUCCESS)
         cci_log(CCI_LOG_DEBUG, "device %d: cuMemRelease failed (CUresult %d)", device, cr);
@@ -430,7 +446,7 @@ static int map(void *ctx, int device, uintptr_t va, size_t size, uint64_t page)
     int rc = CCI_EBACKEND;
     uint64_t t0 = cci_pl_now_ns();
     CUresult cr = cci_real_drv()->cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)page, 0);
-    vt_add(VT_MAP, t0);
+    vt_add(device, VT_MAP, t0);
     if (cr == CUDA_SUCCESS) {
         if (span_insert(&devs[device].maps, (span){.va = va, .size = size, .handle = page}) == 0) {
             page_rec *r = page_find(page);
@@ -460,7 +476,7 @@ static int unmap(void *ctx, int device, uintptr_t va, size_t size)
     pthread_mutex_lock(&vmm_lock);
     uint64_t t0 = cci_pl_now_ns();
     CUresult cr = cci_real_drv()->cuMemUnmap((CUdeviceptr)va, size);
-    vt_add(VT_UNMAP, t0);
+    vt_add(device, VT_UNMAP, t0);
     if (cr == CUDA_SUCCESS) {
         span_vec *ms = &devs[device].maps;
         size_t i = span_lower_bound(ms, va), j = i;
@@ -504,7 +520,7 @@ static int set_access(void *ctx, int device, uintptr_t va, size_t size)
     size_t n = access_descs(device, desc);
     uint64_t t0 = cci_pl_now_ns();
     CUresult cr = cci_real_drv()->cuMemSetAccess((CUdeviceptr)va, size, desc, n);
-    vt_add(VT_ACCESS, t0);
+    vt_add(device, VT_ACCESS, t0);
     pthread_mutex_unlock(&vmm_lock);
     cci_cuda_leave(&sc);
     if (cr != CUDA_SUCCESS)
@@ -657,8 +673,9 @@ void cci_cuda_vmm_atfork_child(void)
         devs[d].pool_bytes = 0;
         forget_device(d);
     }
-    for (int k = 0; k < VT_KINDS; k++) {  // the child's exit line counts the child's calls
-        atomic_store(&vt_calls[k], 0);
-        atomic_store(&vt_ns[k], 0);
-    }
+    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)  // the child's exit line counts the child's calls
+        for (int k = 0; k < VT_KINDS; k++) {
+            atomic_store(&vt_calls[d][k], 0);
+            atomic_store(&vt_ns[d][k], 0);
+        }
 }

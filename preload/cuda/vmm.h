@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "ccinterpose.h"
 
 /// The pool keeps at most (device memory / CCI_VMM_POOL_DIVISOR) bytes of released pages per
 /// device: 1.25 GiB of an 80 GB H100. Pooled pages are device memory that the statistics (reserved
@@ -41,7 +42,10 @@ size_t cci_cuda_vmm_pool_bytes(int device);
 void cci_cuda_vmm_drop_device(int device);
 /// In a fork child: forget the parent's pages, mappings and ranges without driver calls.
 void cci_cuda_vmm_atfork_child(void);
-/// One exit line (CCI_LOG=info): the real VMM calls made and the host time they took.
-void cci_cuda_vmm_log_costs(void);
+/// The real VMM calls made on `device` and the host time they took, into the vmm_* fields of *out
+/// (the statistics; the backend's costs operation).
+void cci_cuda_vmm_costs(int device, cci_stats *out);
+/// One exit line (CCI_LOG=info), printed from those fields of the statistics (every device's, summed).
+void cci_cuda_vmm_log_costs(const cci_stats *s);
 
 #endif

@@ -383,7 +383,7 @@ CUresult cci_pl_cu_stream_destroy(CUstream s, int v2)
     CUresult (*real)(CUstream) = v2 ? t->cuStreamDestroy_v2 : t->cuStreamDestroy;
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
-    // Its last work stays covered by every fence until it has run (cuda/fence.c).
+    // Its last work stays covered by every fence until it has run (cuda/fence_retired.c).
     if (!cci_pl_forwarding())
         cci_cuda_stream_destroyed(s);
     return real(s);

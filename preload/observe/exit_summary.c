@@ -5,10 +5,13 @@
 // so this reads host-side statistics only and never frees a segment: the driver reclaims device
 // memory with the process. `_exit` skips it, which is fine for a summary.
 #include "allocator.h"
+#include "fence.h"
 #include "log.h"
 #include "report.h"
 #include "reporting.h"
 #include "state.h"
+#include "stats_list.h"
+#include "vmm.h"
 
 void cci_pl_exit_summary(void)
 {
@@ -28,4 +31,27 @@ void cci_pl_exit_summary(void)
                 (long long)s.allocation[A].current,
                 cci_report_bytes(s.allocated_bytes[A].current, live, sizeof live));
     }
+}
+
+void cci_pl_exit_costs(void)
+{
+    if (cci_log_get_level() < CCI_LOG_INFO)
+        return;
+    // The lines are printed from the statistics: a figure of the device's own summed over the
+    // devices, one counted for the whole process taken once (every device reports it; the latest
+    // copy is the largest).
+    cci_stats all = {.size = sizeof all, .version = CCI_STATS_VERSION};
+    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (!a)
+            continue;
+        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+        cci_alloc_stats(a, &s);
+#define ADD(field, scope)                                                                          \
+    all.field = (scope) == CCI_COST_DEVICE ? all.field + s.field : s.field > all.field ? s.field : all.field;
+        CCI_STAT_COSTS(ADD)
+#undef ADD
+    }
+    cci_cuda_fence_log_costs(&all);
+    cci_cuda_vmm_log_costs(&all);
 }

@@ -28,5 +28,8 @@ void cci_pl_report_atfork_child(void);
 void cci_pl_report_exit(void);
 /// One summary line per device at CCI_LOG=info (exit_summary.c; exit sequence).
 void cci_pl_exit_summary(void);
+/// At exit (CCI_LOG=info): what the fences and the VMM calls cost the host, printed from the
+/// statistics of every device (cuda/fence.h, cuda/vmm.h say what each line holds).
+void cci_pl_exit_costs(void);
 
 #endif

@@ -7,7 +7,7 @@
 //     ever created (runtime or driver), at most one host thread has allocated or freed through us,
 //     one device has an allocator, no peer access was enabled and no capture was begun;
 //   - CCI_FREE_FENCED from the moment one of those stops being true (a fence recorded on every
-//     stream that may still use the block, cuda/fence.c). Only created streams can be
+//     stream that may still use the block, cuda/fence_*.c). Only created streams can be
 //     undone: once every one of them has been destroyed and its last work has run (its retired
 //     event passed), and nothing else broke the order, the rule RETURNS to ordered (below);
 //     a second thread, device, peer access or capture keeps it fenced for the rest of the process;

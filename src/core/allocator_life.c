@@ -179,6 +179,7 @@ void cci_alloc_stats(cci_allocator *a, cci_stats *out)
     cci__lock(a);
     *out = a->st;
     out->largest_free_block = cci__largest_free(a);
+    cci_backend_costs(a->be, a->device, out);
     cci__unlock(a);
 }
 

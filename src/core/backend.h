@@ -124,8 +124,10 @@ typedef struct cci_backend_fence_ops {
 /// fence_ops.order's "after a catch_up" (see there).
 #define CCI_ORDER_BEHIND 2
 /// The most busy streams the CUDA backend's order sweeps; with more it refuses and the core
-/// waits (backend_cuda_fence.c says why). Replay models the same bound (ccreplay --fenced-order).
+/// waits (preload/cuda/fence_order.c says why). Replay models the same bound (ccreplay --fenced-order).
 #define CCI_FENCE_ORDER_MAX_BUSY 4
+
+struct cci_stats;  // include/ccinterpose.h
 
 /// The device contract, version 2: whole segments (always), plus the optional groups above.
 typedef struct cci_backend_ops {
@@ -146,12 +148,26 @@ typedef struct cci_backend_ops {
     unsigned caps;
     const cci_backend_vmm_ops *vmm;      ///< NULL unless caps has CCI_CAP_VMM
     const cci_backend_fence_ops *fence;  ///< NULL unless caps has CCI_CAP_FENCES
+    /// Optional (NULL: every cost 0): what the device's calls have cost the host so far, as the
+    /// backend counts them, written into the cost fields of *out (stats_list.h, CCI_STAT_COSTS:
+    /// fence_*, vmm_*) and no other. The core counts none of them and asks each time it copies
+    /// the statistics, with the allocator lock held. Host bookkeeping only, never a device call,
+    /// so it also answers after the device is gone (exit). A figure the backend cannot tell per
+    /// device (the list marks it CCI_COST_PROCESS) is its figure for the whole process.
+    void (*costs)(void *ctx, int device, struct cci_stats *out);
 } cci_backend_ops;
 
 typedef struct cci_backend {
     const cci_backend_ops *ops;
     void *ctx;
 } cci_backend;
+
+/// The backend's costs into a copy of the statistics (the core's own leave them 0).
+static inline void cci_backend_costs(cci_backend be, int device, struct cci_stats *out)
+{
+    if (be.ops->costs)
+        be.ops->costs(be.ctx, device, out);
+}
 
 // ---- the simulated device (backend_sim.c) ---------------------------------------------------
 // Hands out 2 MiB-aligned addresses from a private address range, enforcing `capacity` bytes of

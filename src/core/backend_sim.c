@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "backend_sim_fence.h"
+#include "ccinterpose.h"
 #include "sim_vmm.h"
 
 #define SIM_BASE ((uintptr_t)0x7f0000000000ull)
@@ -55,6 +56,21 @@ static int sim_release(void *ctx, int device, uintptr_t addr, size_t size)
 
 static size_t sim_capacity(void *ctx, int device) { return ((cci_sim_device *)ctx)->capacity; }
 
+// The cost figures (backend.h, costs): the calls the fence and virtual-memory groups count, and
+// no time (nothing runs on a simulated device).
+static void sim_costs(void *ctx, int device, cci_stats *out)
+{
+    (void)device;
+    cci__sim_fence_costs(ctx, out);
+    cci_sim_vmm_stats v;
+    cci_sim_vmm_stats_get(ctx, &v);
+    out->vmm_create_calls = v.page_creates;
+    out->vmm_map_calls = v.maps;
+    out->vmm_set_access_calls = v.set_access_calls;
+    out->vmm_unmap_calls = v.unmaps;
+    out->vmm_release_calls = v.page_releases;
+}
+
 static const cci_backend_ops sim_ops = {
     .reserve = sim_reserve,
     .release = sim_release,
@@ -63,6 +79,7 @@ static const cci_backend_ops sim_ops = {
     .caps = CCI_CAP_FENCES | CCI_CAP_VMM,
     .fence = &cci__sim_fence_ops,
     .vmm = &cci__sim_vmm_ops,
+    .costs = sim_costs,
 };
 
 cci_sim_device *cci_sim_create(size_t capacity)

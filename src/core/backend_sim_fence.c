@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend_sim_fence.h"
+#include "ccinterpose.h"
 #include "grow.h"
 
 typedef struct sim_stream {
@@ -47,6 +48,8 @@ struct cci_sim_fences {
     // reached once every stream has completed up to it.
     uint64_t order_last;
     uint64_t catch_ups;  // catch_up calls that made the device catch up with the last order
+    uint64_t wait_calls, order_calls, catch_up_calls;  // every call, for the cost figures
+    uint64_t orders_behind, orders_refused;            // the orders not made
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -171,6 +174,7 @@ static int sim_fence_wait(void *ctx, int device, cci_fence h)
     cci_sim_fences *f = cci__sim_fences_of(ctx);
     int rc = CCI_OK;
     pthread_mutex_lock(&f->lock);
+    f->wait_calls++;
     sim_fence *x = fence_at(f, h);
     if (!x) {
         rc = CCI_EBACKEND;
@@ -207,10 +211,13 @@ static int sim_fence_order(void *ctx, int device, cci_fence h)
     (void)device;
     cci_sim_fences *f = cci__sim_fences_of(ctx);
     pthread_mutex_lock(&f->lock);
+    f->order_calls++;
     int rc = fence_at(f, h) ? f->order : CCI_EBACKEND;
     int bounded = f->width > CCI_FENCE_ORDER_MAX_BUSY;
     if (rc == 1 && bounded && f->order_last && !reached(f, f->order_last))
         rc = CCI_ORDER_BEHIND;
+    f->orders_behind += rc == CCI_ORDER_BEHIND;
+    f->orders_refused += rc != 1 && rc != CCI_ORDER_BEHIND;
     if (rc == 1) {
         f->orders_made++;
         // (An order's point is the work queued so far; a record advances the clock past it.)
@@ -226,6 +233,7 @@ static int sim_fence_catch_up(void *ctx, int device)
     (void)device;
     cci_sim_fences *f = cci__sim_fences_of(ctx);
     pthread_mutex_lock(&f->lock);
+    f->catch_up_calls++;
     if (f->order_last && !reached(f, f->order_last)) {
         f->catch_ups++;
         f->done_all = f->order_last;
@@ -332,5 +340,26 @@ void cci_sim_fence_counts(const cci_sim_device *sim, uint64_t *records, uint64_t
         *waits = f->waits;
     if (live)
         *live = f->live;
+    pthread_mutex_unlock(&f->lock);
+}
+
+// The cost figures the simulated device has (backend.h, costs): its calls as counted above, a
+// record as one event, a wait that made the device catch up as one event blocked on, and no time
+// (nothing runs).
+void cci__sim_fence_costs(const cci_sim_device *sim, struct cci_stats *out)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    out->fence_record_calls = f->records;
+    out->fence_record_events = f->records;
+    out->fence_query_calls = f->queries;
+    out->fence_wait_calls = f->wait_calls;
+    out->fence_wait_events = f->waits;
+    out->fence_order_calls = f->order_calls;
+    out->fence_orders_made = f->orders_made;
+    out->fence_orders_behind = f->orders_behind;
+    out->fence_orders_refused = f->orders_refused;
+    out->fence_catch_up_calls = f->catch_up_calls;
+    out->fence_catch_up_events = f->catch_ups;
     pthread_mutex_unlock(&f->lock);
 }

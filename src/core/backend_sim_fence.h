@@ -12,6 +12,9 @@ cci_sim_fences *cci__sim_fences_create(void);
 void cci__sim_fences_destroy(cci_sim_fences *f);
 /// The fence group; its ctx is the cci_sim_device, whose fences come from cci__sim_fences_of.
 extern const cci_backend_fence_ops cci__sim_fence_ops;
+/// The fence group's cost figures (backend.h, costs) into *out.
+struct cci_stats;
+void cci__sim_fence_costs(const cci_sim_device *sim, struct cci_stats *out);
 /// Defined in backend_sim.c, which owns the device struct.
 cci_sim_fences *cci__sim_fences_of(const cci_sim_device *sim);
 

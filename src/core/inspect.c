@@ -58,6 +58,8 @@ int cci_layout_take(cci_allocator *a, cci_layout *out)
     cci__lock(a);
     cci__tc_drain_all(a);  // cached blocks are free: the layout shows them merged, as they will be
     int rc = cci__layout_fill(a, out);
+    if (rc == 0)
+        cci_backend_costs(a->be, a->device, &out->stats);  // (not at every peak's picture)
     cci__unlock(a);
     return rc;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The one list of statistics. The public struct (include/ccinterpose.h) keeps its field names and
 // layout for the programs that read it; everything else that walks the statistics (the peak reset,
-// the report's rows and JSON keys, the layout check below) is derived from these two lists, so a
-// new statistic is added here and in the struct, and nowhere else.
+// the report's rows and JSON keys, the layout check below) is derived from these lists, so a new
+// statistic is added here and in the struct, and nowhere else (a cost also where a backend fills it).
 #ifndef CCI_STATS_LIST_H
 #define CCI_STATS_LIST_H
 
@@ -37,6 +37,55 @@
     X(num_fence_waits, 0)                                                                          \
     X(num_fence_catch_ups, 0)
 
+/// What the device's own calls cost the host (uint64_t, only ever grow; ours alone, not PyTorch
+/// keys), filled in by the backend when the copy is made (backend.h, costs), never counted by the
+/// core. X(field, scope): CCI_COST_DEVICE, the device's own; CCI_COST_PROCESS, counted by the CUDA
+/// backend for the whole process (a fence covers every device), the same for every device.
+enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
+#define CCI_STAT_COSTS(X)                                                                          \
+    X(fence_record_calls, CCI_COST_PROCESS)                                                        \
+    X(fence_record_events, CCI_COST_PROCESS)                                                       \
+    X(fence_record_ns, CCI_COST_PROCESS)                                                           \
+    X(fence_query_calls, CCI_COST_PROCESS)                                                         \
+    X(fence_query_events, CCI_COST_PROCESS)                                                        \
+    X(fence_query_ns, CCI_COST_PROCESS)                                                            \
+    X(fence_wait_calls, CCI_COST_PROCESS)                                                          \
+    X(fence_wait_events, CCI_COST_PROCESS)                                                         \
+    X(fence_wait_ns, CCI_COST_PROCESS)                                                             \
+    X(fence_order_calls, CCI_COST_PROCESS)                                                         \
+    X(fence_order_ns, CCI_COST_PROCESS)                                                            \
+    X(fence_catch_up_calls, CCI_COST_PROCESS)                                                      \
+    X(fence_catch_up_events, CCI_COST_PROCESS)                                                     \
+    X(fence_catch_up_ns, CCI_COST_PROCESS)                                                         \
+    X(fence_barrier_records, CCI_COST_PROCESS)                                                     \
+    X(fence_context_records, CCI_COST_PROCESS)                                                     \
+    X(fence_stream_queries, CCI_COST_PROCESS)                                                      \
+    X(fence_stream_idle_answers, CCI_COST_PROCESS)                                                 \
+    X(fence_sweeps, CCI_COST_PROCESS)                                                              \
+    X(fence_shared_event_queries, CCI_COST_PROCESS)                                                \
+    X(fence_looks_put_off, CCI_COST_PROCESS)                                                       \
+    X(fence_orders_made, CCI_COST_PROCESS)                                                         \
+    X(fence_orders_covered, CCI_COST_PROCESS)                                                      \
+    X(fence_orders_refused, CCI_COST_PROCESS)                                                      \
+    X(fence_orders_behind, CCI_COST_PROCESS)                                                       \
+    X(fence_order_stream_waits, CCI_COST_PROCESS)                                                  \
+    X(fence_order_skips, CCI_COST_PROCESS)                                                         \
+    X(fence_context_orders, CCI_COST_PROCESS)                                                      \
+    X(fence_watcher_rounds, CCI_COST_PROCESS)                                                      \
+    X(fence_watcher_stream_queries, CCI_COST_PROCESS)                                              \
+    X(fence_watcher_looks_ahead, CCI_COST_PROCESS)                                                 \
+    X(fence_watched_answers, CCI_COST_PROCESS)                                                     \
+    X(vmm_create_calls, CCI_COST_DEVICE)                                                           \
+    X(vmm_create_ns, CCI_COST_DEVICE)                                                              \
+    X(vmm_map_calls, CCI_COST_DEVICE)                                                              \
+    X(vmm_map_ns, CCI_COST_DEVICE)                                                                 \
+    X(vmm_set_access_calls, CCI_COST_DEVICE)                                                       \
+    X(vmm_set_access_ns, CCI_COST_DEVICE)                                                          \
+    X(vmm_unmap_calls, CCI_COST_DEVICE)                                                            \
+    X(vmm_unmap_ns, CCI_COST_DEVICE)                                                               \
+    X(vmm_release_calls, CCI_COST_DEVICE)                                                          \
+    X(vmm_release_ns, CCI_COST_DEVICE)
+
 /// Figures taken when the copy is made, not counted (uint64_t): max_split_size,
 /// largest_free_block, device_capacity. Reports print them where they belong.
 #define CCI_STAT_FIGURES(X) X(max_split_size) X(largest_free_block) X(device_capacity)
@@ -45,7 +94,8 @@
 #define CCI__FAMILY_SIZE(f, label, per_pool, bytes) +(per_pool ? CCI_POOL_KINDS : 1) * sizeof(cci_stat)
 #define CCI__SCALAR_SIZE(f, ...) +sizeof(uint64_t)
 _Static_assert(sizeof(cci_stats) == 2 * sizeof(uint32_t) CCI_STAT_FAMILIES(CCI__FAMILY_SIZE)
-                                        CCI_STAT_COUNTERS(CCI__SCALAR_SIZE) CCI_STAT_FIGURES(CCI__SCALAR_SIZE),
+                                        CCI_STAT_COUNTERS(CCI__SCALAR_SIZE) CCI_STAT_FIGURES(CCI__SCALAR_SIZE)
+                                            CCI_STAT_COSTS(CCI__SCALAR_SIZE),
                "cci_stats and the lists in stats_list.h disagree");
 #undef CCI__FAMILY_SIZE
 #undef CCI__SCALAR_SIZE

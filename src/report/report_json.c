@@ -45,6 +45,31 @@ static void own_counters(cci_sb *b, const cci_stats *st)
     cci__sb_puts(b, "}");
 }
 
+// What the device's calls cost the host, from the core's list (CCI_STAT_COSTS): the device's own
+// under "costs", those the backend counts for the whole process (the CUDA fences: the same in
+// every device's entry) under "process_costs".
+#define COST(field, scope) {#field, offsetof(cci_stats, field), scope},
+static const struct {
+    const char *key;
+    size_t offset;
+    int scope;
+} costs[] = {CCI_STAT_COSTS(COST)};
+#undef COST
+
+static void costs_of_scope(cci_sb *b, const cci_stats *st, int scope)
+{
+    cci__sb_puts(b, "{");
+    int first = 1;
+    for (size_t i = 0; i < sizeof costs / sizeof costs[0]; i++) {
+        if (costs[i].scope != scope)
+            continue;
+        cci__sb_printf(b, "%s\"%s\": %llu", first ? "" : ", ", costs[i].key,
+                       (unsigned long long)*(const uint64_t *)((const char *)st + costs[i].offset));
+        first = 0;
+    }
+    cci__sb_puts(b, "}");
+}
+
 static void stats(cci_sb *b, const cci_stats *st)
 {
     static const char *const fields[] = {"current", "peak", "allocated", "freed"};
@@ -141,6 +166,10 @@ static void device(cci_sb *b, const cci_report_device *d)
     stats(b, &d->stats);
     cci__sb_puts(b, ",\n    \"counters\": ");
     own_counters(b, &d->stats);
+    cci__sb_puts(b, ",\n    \"costs\": ");
+    costs_of_scope(b, &d->stats, CCI_COST_DEVICE);
+    cci__sb_puts(b, ",\n    \"process_costs\": ");
+    costs_of_scope(b, &d->stats, CCI_COST_PROCESS);
     cci__sb_printf(b, ",\n    \"largest_free_block\": %llu,\n    \"device_capacity\": %llu,\n",
                    (unsigned long long)d->stats.largest_free_block, (unsigned long long)d->stats.device_capacity);
     cci__sb_puts(b, "    \"fragmentation\": {\n      \"at_peak\": ");

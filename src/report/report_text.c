@@ -277,6 +277,15 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
                                (unsigned long long)d->stats.num_fence_catch_ups,
                                d->stats.num_fence_catch_ups == 1 ? "" : "s");
             cci__sb_printf(b, "\n");
+            // The host time the backend measured (none on a simulated device): on CUDA the
+            // fences of the whole process, every device's.
+            const cci_stats *st = &d->stats;
+            if (st->fence_record_ns || st->fence_query_ns || st->fence_wait_ns)
+                cci__sb_printf(b, "  Host time in fences (the process's): %llu records %.1f ms, %llu queries "
+                               "%.1f ms, %llu waits blocked %.1f ms\n", (unsigned long long)st->fence_record_calls,
+                               st->fence_record_ns / 1e6, (unsigned long long)st->fence_query_calls,
+                               st->fence_query_ns / 1e6, (unsigned long long)st->fence_wait_calls,
+                               st->fence_wait_ns / 1e6);
         }
         fragmentation(b, d);
         cci__vmm_text(b, d);

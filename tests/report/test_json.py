@@ -35,6 +35,30 @@ def torch_keys():
     return keys
 
 
+# The device calls' costs (cci_stats version 4), ours alone: the device's own under "costs", those
+# counted for the whole process (the CUDA fences) under "process_costs".
+DEVICE_COSTS = [f"vmm_{k}_{f}" for k in ["create", "map", "set_access", "unmap", "release"] for f in ["calls", "ns"]]
+PROCESS_COSTS = [f"fence_{k}" for k in [
+    "record_calls", "record_events", "record_ns", "query_calls", "query_events", "query_ns", "wait_calls",
+    "wait_events", "wait_ns", "order_calls", "order_ns", "catch_up_calls", "catch_up_events", "catch_up_ns",
+    "barrier_records", "context_records", "stream_queries", "stream_idle_answers", "sweeps",
+    "shared_event_queries", "looks_put_off", "orders_made", "orders_covered", "orders_refused", "orders_behind",
+    "order_stream_waits", "order_skips", "context_orders", "watcher_rounds", "watcher_stream_queries",
+    "watcher_looks_ahead", "watched_answers"]]
+
+
+def check_costs(dev):
+    """The two cost objects: exactly their keys, in the struct's order, every value a count."""
+    d = dev["device"]
+    costs, process = dev.get("costs"), dev.get("process_costs")
+    check(isinstance(costs, dict) and list(costs) == DEVICE_COSTS, f"device {d}: costs keys {costs and list(costs)}")
+    check(isinstance(process, dict) and list(process) == PROCESS_COSTS,
+          f"device {d}: process_costs keys {process and list(process)}")
+    for k, v in {**(costs or {}), **(process or {})}.items():
+        check(is_count(v), f"device {d}: {k} = {v!r} is not a count")
+    return {**(costs or {}), **(process or {})}
+
+
 def check_device(dev, st):
     d = dev["device"]
     stats = dev["stats"]
@@ -44,6 +68,8 @@ def check_device(dev, st):
     for k, v in stats.items():
         check(st.get(k) == v, f"device {d}: {k} = {v} in JSON, {st.get(k)} in cci_stats")
     check(dev["largest_free_block"] == st["largest_free_block"], f"device {d}: largest_free_block")
+    for k, v in check_costs(dev).items():
+        check(st.get(k) == v, f"device {d}: {k} = {v} in JSON, {st.get(k)} in cci_stats")
 
     f = dev["fragmentation"]["at_exit"]
     check(f["reserved"] == stats["reserved_bytes.all.current"], f"device {d}: reserved at exit")
@@ -208,6 +234,11 @@ def exit_history(argv):
             tr = json.loads(r.stdout)
     for dev in rep["devices"]:
         d, meta, s = dev["device"], dev["what_if_replay"], dev["stats"]
+        costs = check_costs(dev)
+        # Under the preload the backend counts every record the core's batches made (and more).
+        check(costs.get("fence_record_calls", 0) >= dev["counters"]["num_fence_records"],
+              f"device {d}: {costs.get('fence_record_calls')} fence records counted by the backend, "
+              f"{dev['counters']['num_fence_records']} by the core")
         made = s["allocation.all.allocated"] + s["allocation.all.freed"] + s["active.all.freed"] + s["num_ooms"]
         check(s["allocation.all.allocated"] > 10000, f"device {d}: only {s['allocation.all.allocated']} allocations")
         if os.environ.get("CCI_HISTORY_MAX"):  # a cap below the run: every event kept or counted as dropped
