@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
-   4: the device calls' costs appended (fence_* and vmm_*). */
+   4: the driver calls' costs appended (fence_* and vmm_*). */
 #define CCI_STATS_VERSION 4
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
@@ -101,7 +101,7 @@ typedef struct cci_stats {
     uint64_t fence_shared_event_queries; /**< sweep and destroyed-stream events asked */
     uint64_t fence_looks_put_off;  /**< looks at the streams asked in passing and put off */
     uint64_t fence_orders_made;    /**< orders given on the GPU instead of a host wait */
-    uint64_t fence_orders_covered; /**< orders answered by an earlier one (no device call) */
+    uint64_t fence_orders_covered; /**< orders answered by an earlier one (no driver call) */
     uint64_t fence_orders_refused; /**< orders refused (the host waited) */
     uint64_t fence_orders_behind;  /**< orders answered behind the last one (a catch-up first) */
     uint64_t fence_order_stream_waits; /**< stream waits the orders queued */

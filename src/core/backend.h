@@ -151,7 +151,7 @@ typedef struct cci_backend_ops {
     /// Optional (NULL: every cost 0): what the device's calls have cost the host so far, as the
     /// backend counts them, written into the cost fields of *out (stats_list.h, CCI_STAT_COSTS:
     /// fence_*, vmm_*) and no other. The core counts none of them and asks each time it copies
-    /// the statistics, with the allocator lock held. Host bookkeeping only, never a device call,
+    /// the statistics, with the allocator lock held. Host bookkeeping only, never a driver call,
     /// so it also answers after the device is gone (exit). A figure the backend cannot tell per
     /// device (the list marks it CCI_COST_PROCESS) is its figure for the whole process.
     void (*costs)(void *ctx, int device, struct cci_stats *out);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The device calls' costs in the statistics (cci_stats version 4), on the simulated device: the
+// The driver calls' costs in the statistics (cci_stats version 4), on the simulated device: the
 // core asks the backend's `costs` operation at every copy (cci_alloc_stats and the report's
 // layout), and the simulated device answers with the calls it counts itself (fences, orders, VMM
 // pages) and no time. A backend without the operation leaves every cost at 0.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The fence group's lazy coverage of non-blocking streams (preload/backend_cuda_fence.c): a
+// The fence group's lazy coverage of non-blocking streams (preload/cuda/fence_looks.c): a
 // fence record puts one event on the legacy stream; a non-blocking stream that existed at the
 // record is looked at only once the legacy part has passed (idle now: covered; busy: one shared
 // "sweep" event). Each scenario runs a real program under the preload on the fake CUDA, with a

@@ -68,7 +68,7 @@ static int dump_stats(const char *path, cci_allocator *const *a)
         fprintf(f, "%d max_split_size %lld\n", d,
                 st.max_split_size == UINT64_MAX ? -1LL : (long long)st.max_split_size);
         fprintf(f, "%d largest_free_block %llu\n", d, (unsigned long long)st.largest_free_block);
-        // The device calls' costs (the test names the keys it expects itself).
+        // The driver calls' costs (the test names the keys it expects itself).
 #define COST(field, scope) fprintf(f, "%d %s %llu\n", d, #field, (unsigned long long)st.field);
         CCI_STAT_COSTS(COST)
 #undef COST

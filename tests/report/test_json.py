@@ -35,7 +35,7 @@ def torch_keys():
     return keys
 
 
-# The device calls' costs (cci_stats version 4), ours alone: the device's own under "costs", those
+# The driver calls' costs (cci_stats version 4), ours alone: the device's own under "costs", those
 # counted for the whole process (the CUDA fences) under "process_costs".
 DEVICE_COSTS = [f"vmm_{k}_{f}" for k in ["create", "map", "set_access", "unmap", "release"] for f in ["calls", "ns"]]
 PROCESS_COSTS = [f"fence_{k}" for k in [
