@@ -12,8 +12,12 @@
 // With --sizes N the requests take only N sizes (drawn once from the same distribution): the
 // thread caches then serve most allocations, where on the mixed workload they almost never do.
 //
+// With --stats-version 3 the hash covers the statistics as a version-3 caller reads them (before
+// the driver calls' costs were appended), so a build of either version can be compared.
+//
 //   prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] [--fingerprint N]
-//              [--sizes N]
+//              [--sizes N] [--stats-version 3|4]
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,7 @@ int main(int argc, char **argv)
     int tc = 1;
     cci_free_mode mode = CCI_FREE_NOW;
     long every = 0, nsizes = 0;
+    size_t stats_bytes = sizeof(cci_stats);
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--ops") && (ops = atol(v)) > 0) {
@@ -60,9 +65,12 @@ int main(int argc, char **argv)
             i++;
         } else if (v && !strcmp(argv[i], "--sizes") && (nsizes = atol(v)) > 0 && nsizes <= 64) {
             i++;
+        } else if (v && !strcmp(argv[i], "--stats-version") && (!strcmp(v, "3") || !strcmp(v, "4"))) {
+            stats_bytes = !strcmp(v, "3") ? offsetof(cci_stats, fence_record_calls) : sizeof(cci_stats);
+            i++;
         } else {
             fprintf(stderr, "usage: prof_mixed [--ops N] [--thread-cache 0|1] [--mode now|fenced|deferred] "
-                            "[--fingerprint N] [--sizes 1..64]\n");
+                            "[--fingerprint N] [--sizes 1..64] [--stats-version 3|4]\n");
             return 2;
         }
     }
@@ -101,7 +109,11 @@ int main(int argc, char **argv)
         if (every && (op + 1) % every == 0) {
             cci_stats s = {.size = sizeof s};
             cci_alloc_stats(a, &s);
-            hash = fnv(hash, &s, sizeof s);
+            if (stats_bytes < sizeof(cci_stats)) {  // the header a version-3 library writes
+                s.size = (uint32_t)stats_bytes;
+                s.version = 3;
+            }
+            hash = fnv(hash, &s, stats_bytes);
         }
     }
     double ns = (double)(bu_now_ns() - t0) / (double)ops;
