@@ -13,24 +13,35 @@
 #include "stats_list.h"
 #include "vmm.h"
 
+static void summary_line(int d, const cci_stats *s, void *arg)
+{
+    (void)arg;
+    const int A = CCI_POOL_ALL;
+    char peak_res[32], peak_alloc[32], live[32];
+    cci_log(CCI_LOG_INFO, "device %d: peak reserved %s, peak allocated %s, %lld allocations "
+            "served by %llu device allocations; at exit %lld blocks (%s) still allocated",
+            d, cci_report_bytes(s->reserved_bytes[A].peak, peak_res, sizeof peak_res),
+            cci_report_bytes(s->allocated_bytes[A].peak, peak_alloc, sizeof peak_alloc),
+            (long long)s->allocation[A].allocated, (unsigned long long)s->num_device_alloc,
+            (long long)s->allocation[A].current,
+            cci_report_bytes(s->allocated_bytes[A].current, live, sizeof live));
+}
+
 void cci_pl_exit_summary(void)
 {
-    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
-        cci_allocator *a = cci_state_allocator_peek(d);
-        if (!a)
-            continue;
-        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
-        cci_alloc_stats(a, &s);
-        const int A = CCI_POOL_ALL;
-        char peak_res[32], peak_alloc[32], live[32];
-        cci_log(CCI_LOG_INFO, "device %d: peak reserved %s, peak allocated %s, %lld allocations "
-                "served by %llu device allocations; at exit %lld blocks (%s) still allocated",
-                d, cci_report_bytes(s.reserved_bytes[A].peak, peak_res, sizeof peak_res),
-                cci_report_bytes(s.allocated_bytes[A].peak, peak_alloc, sizeof peak_alloc),
-                (long long)s.allocation[A].allocated, (unsigned long long)s.num_device_alloc,
-                (long long)s.allocation[A].current,
-                cci_report_bytes(s.allocated_bytes[A].current, live, sizeof live));
-    }
+    cci_state_each_stats(summary_line, NULL);
+}
+
+static void add_costs(int device, const cci_stats *s, void *arg)
+{
+    (void)device;
+    cci_stats *all = arg;
+#define ADD(field, scope)                                                                          \
+    all->field = (scope) == CCI_COST_DEVICE ? all->field + s->field                                \
+                 : s->field > all->field    ? s->field                                             \
+                                            : all->field;
+    CCI_STAT_COSTS(ADD)
+#undef ADD
 }
 
 void cci_pl_exit_costs(void)
@@ -38,20 +49,10 @@ void cci_pl_exit_costs(void)
     if (cci_log_get_level() < CCI_LOG_INFO)
         return;
     // The lines are printed from the statistics: a figure of the device's own summed over the
-    // devices, one counted for the whole process taken once (every device reports it; the latest
-    // copy is the largest).
+    // devices, one counted for the whole process taken once (every device reports it; the largest
+    // copy is the latest).
     cci_stats all = {.size = sizeof all, .version = CCI_STATS_VERSION};
-    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
-        cci_allocator *a = cci_state_allocator_peek(d);
-        if (!a)
-            continue;
-        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
-        cci_alloc_stats(a, &s);
-#define ADD(field, scope)                                                                          \
-    all.field = (scope) == CCI_COST_DEVICE ? all.field + s.field : s.field > all.field ? s.field : all.field;
-        CCI_STAT_COSTS(ADD)
-#undef ADD
-    }
+    cci_state_each_stats(add_costs, &all);
     cci_cuda_fence_log_costs(&all);
     cci_cuda_vmm_log_costs(&all);
 }

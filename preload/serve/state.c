@@ -125,6 +125,18 @@ cci_allocator *cci__state_allocator_create(int device)
     return a;
 }
 
+void cci_state_each_stats(void (*fn)(int device, const cci_stats *s, void *arg), void *arg)
+{
+    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
+        cci_allocator *a = cci_state_allocator_peek(d);
+        if (!a)
+            continue;
+        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+        cci_alloc_stats(a, &s);
+        fn(d, &s, arg);
+    }
+}
+
 int cci_state_used(void)
 {
     return atomic_load(&used);

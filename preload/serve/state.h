@@ -82,6 +82,10 @@ static inline cci_allocator *cci_state_allocator_peek(int device)
     return atomic_load_explicit(&cci__alloc[device], memory_order_acquire);
 }
 
+/// Calls fn with a copy of the statistics of every device that has an allocator, in device order
+/// (the exit lines print from these).
+void cci_state_each_stats(void (*fn)(int device, const cci_stats *s, void *arg), void *arg);
+
 /// 1 when memory went through one of our allocators since start (or fork).
 int cci_state_used(void);
 

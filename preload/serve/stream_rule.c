@@ -206,22 +206,27 @@ void cci_rule_capture_begins(void)
     cci_capture_count_begin();
 }
 
+typedef struct fence_totals {
+    unsigned long long records, waits, syncs, catch_ups;
+} fence_totals;
+
+static void add_fence_totals(int device, const cci_stats *s, void *arg)
+{
+    (void)device;
+    fence_totals *t = arg;
+    t->records += s->num_fence_records;
+    t->waits += s->num_fence_waits;
+    t->catch_ups += s->num_fence_catch_ups;
+    t->syncs += s->num_sync_all_streams;
+}
+
 void cci_rule_log_exit(void)
 {
     if (cci_log_get_level() < CCI_LOG_INFO)
         return;
-    unsigned long long records = 0, waits = 0, syncs = 0, catch_ups = 0;
-    for (int d = 0, end = cci_state_device_bound(); d < end; d++) {
-        cci_allocator *a = cci_state_allocator_peek(d);
-        if (!a)
-            continue;
-        cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
-        cci_alloc_stats(a, &s);
-        records += s.num_fence_records;
-        waits += s.num_fence_waits;
-        catch_ups += s.num_fence_catch_ups;
-        syncs += s.num_sync_all_streams;
-    }
+    fence_totals t = {0};
+    cci_state_each_stats(add_fence_totals, &t);
+    unsigned long long records = t.records, waits = t.waits, syncs = t.syncs, catch_ups = t.catch_ups;
     unsigned long made, live;
     cci_stream_registry_counts(&made, &live);
     int why = atomic_load(&reason);

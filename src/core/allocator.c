@@ -24,18 +24,6 @@
 
 // ---- statistics ---------------------------------------------------------------------------
 
-static inline void stat_add(cci_stat *s, int64_t d)
-{
-    s->current += d;
-    if (d > 0) {
-        s->allocated += d;
-        if (s->current > s->peak)
-            s->peak = s->current;
-    } else {
-        s->freed -= d;
-    }
-}
-
 // The same as stat_add(s, +d) and stat_add(s, -d), for the call sites that know the sign: the hot
 // paths make a dozen updates per operation, and each would otherwise test the sign again.
 static inline void stat_inc(cci_stat *s, int64_t d)
@@ -50,12 +38,6 @@ static inline void stat_dec(cci_stat *s, int64_t d)
 {
     s->current -= d;
     s->freed += d;
-}
-
-static inline void stat_pool(cci_stat *arr, int small, int64_t d)
-{
-    stat_add(&arr[CCI_POOL_ALL], d);
-    stat_add(&arr[pool_index(small)], d);
 }
 
 static inline void stat_pool_inc(cci_stat *arr, int small, int64_t d)

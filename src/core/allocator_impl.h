@@ -122,6 +122,26 @@ struct cci_allocator {
 _Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
 static inline unsigned pool_index(unsigned small) { return CCI_POOL_LARGE - small; }
 
+// One counter's change, and the same for a pool's counter and the all-pools one: every file that
+// keeps the statistics (allocator.c, expandable.c, compact.c) inlines these.
+static inline void stat_add(cci_stat *s, int64_t d)
+{
+    s->current += d;
+    if (d > 0) {
+        s->allocated += d;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed -= d;
+    }
+}
+
+static inline void stat_pool(cci_stat *arr, int small, int64_t d)
+{
+    stat_add(&arr[CCI_POOL_ALL], d);
+    stat_add(&arr[pool_index(small)], d);
+}
+
 /// A block size the oversize statistic counts (max_split_size and above).
 static inline int is_oversize(const cci_allocator *a, size_t size) { return size >= a->cfg.max_split_size; }
 

@@ -16,24 +16,6 @@
 
 static inline size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-static inline void stat_add(cci_stat *s, int64_t d)
-{
-    s->current += d;
-    if (d > 0) {
-        s->allocated += d;
-        if (s->current > s->peak)
-            s->peak = s->current;
-    } else {
-        s->freed -= d;
-    }
-}
-
-static inline void stat_pool(cci_stat *arr, int small, int64_t d)
-{
-    stat_add(&arr[CCI_POOL_ALL], d);
-    stat_add(&arr[pool_index(small)], d);
-}
-
 // ---- counted VMM calls -----------------------------------------------------------------------
 
 static inline int dev_create(cci_allocator *a, size_t size, uint64_t *h)
