@@ -122,11 +122,14 @@ int main(int argc, char **argv)
     fakecu_vmm_get_stats(&vm);
 
     CHECK(s->version == 4 && s->size == sizeof *s, "version 4, %u bytes", s->size);
+    // Whether the host waits at all depends on timing (the watcher may find the fences passed
+    // first, as it does under ThreadSanitizer's scheduling): waits are checked against the core's.
     CHECK(s->fence_record_calls > 0 && s->fence_record_ns > 0 && s->fence_query_calls > 0 &&
-              s->fence_wait_calls > 0,
-          "fences recorded (%llu, %llu ns), queried (%llu) and waited for (%llu)",
+              s->fence_wait_calls >= s->num_fence_waits,
+          "fences recorded (%llu, %llu ns), queried (%llu), waited for (%llu, the core counted %llu)",
           (unsigned long long)s->fence_record_calls, (unsigned long long)s->fence_record_ns,
-          (unsigned long long)s->fence_query_calls, (unsigned long long)s->fence_wait_calls);
+          (unsigned long long)s->fence_query_calls, (unsigned long long)s->fence_wait_calls,
+          (unsigned long long)s->num_fence_waits);
     CHECK(s->fence_record_calls >= s->num_fence_records && s->num_fence_records > 0,
           "the backend's records (%llu) include the core's batches (%llu)",
           (unsigned long long)s->fence_record_calls, (unsigned long long)s->num_fence_records);

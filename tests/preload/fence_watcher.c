@@ -77,7 +77,17 @@ static void *freed_and_settled(void **other)
 {
     void *p = freed_behind_held_legacy(other);
     CUDA_OK(fakecuda_stream_hold(cudaStreamLegacy, 0));
-    ptest_sleep_ms(300);  // the watcher's round takes microseconds; sanitizers and loaded machines more
+    // The watcher's round takes microseconds; sanitizers and loaded machines far more. Settled:
+    // no event or stream question for 200 ms, after 300 ms at least and 10 s at most.
+    ptest_sleep_ms(300);
+    struct fakecu_event_calls last = ptest_event_calls();
+    for (int quiet = 0, waited = 0; quiet < 4 && waited < 200; waited++) {
+        ptest_sleep_ms(50);
+        struct fakecu_event_calls now = ptest_event_calls();
+        quiet = (now.event_queries == last.event_queries && now.stream_queries == last.stream_queries)
+                    ? quiet + 1 : 0;
+        last = now;
+    }
     return p;
 }
 
