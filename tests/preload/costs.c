@@ -142,8 +142,9 @@ int main(int argc, char **argv)
     CHECK(s->fence_context_records + s->fence_barrier_records <= s->fence_record_calls,
           "context records (%llu) and barriers (%llu) are some of the records",
           (unsigned long long)s->fence_context_records, (unsigned long long)s->fence_barrier_records);
-    CHECK(s->fence_wait_calls + s->fence_catch_up_calls >= s->num_fence_waits && s->fence_wait_events > 0 &&
-              s->fence_wait_events <= ev.event_syncs,
+    // A backend wait blocks on at least one event; none at all is fine when the GPU was always ahead.
+    CHECK(s->fence_wait_calls + s->fence_catch_up_calls >= s->num_fence_waits &&
+              s->fence_wait_events >= (s->fence_wait_calls > 0) && s->fence_wait_events <= ev.event_syncs,
           "the core's host waits (%llu) are backend waits (%llu) or catch-ups (%llu); %llu events blocked on, "
           "of %llu cuEventSynchronize", (unsigned long long)s->num_fence_waits,
           (unsigned long long)s->fence_wait_calls, (unsigned long long)s->fence_catch_up_calls,
