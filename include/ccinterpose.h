@@ -30,8 +30,8 @@ extern "C" {
 #endif
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
-   4: the driver calls' costs appended (fence_* and vmm_*). */
-#define CCI_STATS_VERSION 4
+   4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths. */
+#define CCI_STATS_VERSION 5
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -121,6 +121,10 @@ typedef struct cci_stats {
     uint64_t vmm_unmap_ns;
     uint64_t vmm_release_calls;    /**< cuMemRelease */
     uint64_t vmm_release_ns;
+    /* Version 5. */
+    uint64_t num_fence_slack_grows; /**< times the pool grew on the fence budget (fence_slack_mb)
+                                         instead of the host waiting for, or ordering, a fence */
+    uint64_t fence_slack_bytes;    /**< bytes those growths reserved */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -198,6 +198,7 @@ void cci__release_block(cci_allocator *a, cci_block *b)
     if (is_oversize(a, s->size))
         stat_dec(&a->st.oversize_segments, 1);
     a->st.num_device_free++;
+    cci__fence_slack_charge(a, -(int64_t)s->size);
     notify(a, CCI_EV_SEGMENT_FREE, s->stream, s->addr, s->size, 0);
     block_drop(a, b);
     free(s);
@@ -437,6 +438,7 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     if (!b && a->fences)  // another stream's whole free segment, once its fence passed
         b = cci__stream_handover(a, rounded, small, stream);
     int new_segment = 0;
+    int64_t reserved_before = a->st.reserved_bytes[CCI_POOL_ALL].current;
     if (!b) {
         if (a->cfg.gc_threshold > 0)
             cci__garbage_collect(a);
@@ -457,12 +459,19 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
         }
     }
     if (!b) {
+        a->slack_grow = 0;
         if (rc == CCI_EOOM) {
             a->st.num_ooms++;
             notify(a, CCI_EV_OOM, stream, 0, rounded, size);
         }
         cci__unlock(a);
         return rc == CCI_OK ? CCI_EOOM : rc;
+    }
+    if (a->slack_grow) {
+        a->slack_grow = 0;
+        int64_t grown = a->st.reserved_bytes[CCI_POOL_ALL].current - reserved_before;
+        if (grown > 0)
+            cci__fence_slack_charge(a, grown);
     }
     rc = hand_out(a, b, rounded, size);
     if (rc == CCI_OK) {

@@ -101,6 +101,8 @@ struct cci_allocator {
     size_t fenced_count;                  // blocks in the open and the closed batches
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
     uint64_t stream_handovers;            // whole free segments given to another stream (stream_handover.c)
+    size_t slack_used;                    // bytes grown instead of waiting for or ordering a fence
+    int slack_grow;                       // this allocation passed a pending batch by on the budget
 
     // Per-thread caches (tcache.c).
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
@@ -192,7 +194,15 @@ int cci__fenced_could_fit(const cci_allocator *a, size_t rounded, int small, uin
 /// would be enough (or the wait failed and the blocks went to the deferred queue). The `spare`
 /// newest closed batches are not considered (0: all are). Where the backend can order all later
 /// work after that fence instead (fence_ops.order), the host does not wait.
-int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare);
+/// `slack`: CCI_SLACK_GROW (a miss: where the fence budget has room, mark the allocation
+/// a->slack_grow and let the pool grow rather than wait or order), CCI_SLACK_NO_WAIT (a poor fit:
+/// where the budget has room, an order is taken but never a host wait), or CCI_SLACK_NONE.
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare, int slack);
+enum { CCI_SLACK_NONE, CCI_SLACK_GROW, CCI_SLACK_NO_WAIT };
+/// Whether the fence budget (config fence_slack_mb) still has room for `bytes` of growth.
+int cci__fence_slack_left(const cci_allocator *a, size_t bytes);
+/// Charges growth made instead of a fence wait or order; gives back budget when segments go.
+void cci__fence_slack_charge(cci_allocator *a, int64_t delta);
 /// Waits for the oldest closed batch (or has the backend order it) and makes it reusable. 0 when
 /// there is none (or the wait failed: its blocks went to the deferred queue).
 int cci__fenced_wait_oldest(cci_allocator *a);

@@ -462,6 +462,14 @@ static int apply_memgetinfo(parser *p, const key_def *k, const value *v)
     return 0;
 }
 
+static int apply_fence_slack(parser *p, const key_def *k, const value *v)
+{
+    if (v->u_range || v->u > ((unsigned long long)1 << 30))
+        return fail_value(p, k->name, v->text, v->len, "is too large", k->expect);
+    p->c->fence_slack_mb = (long long)v->u;
+    return 0;
+}
+
 const char *const cci__level_names[4] = {NULL, "runtime", "driver", "both"};
 
 static int apply_intercept_level(parser *p, const key_def *k, const value *v)
@@ -541,6 +549,7 @@ static const key_def keys[] = {
     {"memgetinfo_cached_as_free", KIND_BOOL, apply_memgetinfo, TRUE_FALSE, 1, 0},
     {"intercept_level", KIND_WORD, apply_intercept_level, "runtime, driver or both", 0, 0},
     {"compact_segments", KIND_BOOL, apply_compact, TRUE_FALSE, 1, 0},
+    {"fence_slack_mb", KIND_UINT, apply_fence_slack, "an integer number of MiB >= 0", 1, 0},
 };
 
 #define NKEYS (sizeof keys / sizeof keys[0])

@@ -28,6 +28,8 @@ typedef struct cci_config {
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
     int intercept_level;             ///< our key: CCI_LEVEL_* bits, never 0; default CCI_LEVEL_BOTH
+    long long fence_slack_mb;        ///< our key: MiB the pool may grow instead of waiting for or
+                                     ///< ordering a fence; 0 (default): none (docs/reuse-modes.md)
 } cci_config;
 
 void cci_config_default(cci_config *c);

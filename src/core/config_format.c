@@ -114,5 +114,7 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
         put(&o, ",intercept_level:%s", cci__level_names[c->intercept_level]);
     if (c->compact_segments)  // likewise: only when set
         put(&o, ",compact_segments:True");
+    if (c->fence_slack_mb > 0)  // likewise: only when set
+        put(&o, ",fence_slack_mb:%lld", c->fence_slack_mb);
     return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }

@@ -402,6 +402,7 @@ void cci__exp_pages_leave_reserved(cci_allocator *a, cci_segment *s, uintptr_t l
     s->vmm->mapped -= hi - lo;
     stat_pool(a->st.reserved_bytes, s->small, -(int64_t)(hi - lo));
     a->st.num_device_free++;
+    cci__fence_slack_charge(a, -(int64_t)(hi - lo));
     cci__notify(a, CCI_EV_SEGMENT_UNMAP, s->stream, lo, hi - lo);
 }
 

@@ -254,6 +254,48 @@ static int reuse_batch(cci_allocator *a, cci_fence_batch *fb)
     return order_batch(a, fb) || wait_batch(a, fb);
 }
 
+// ---- the fence budget (fence_slack_mb) ------------------------------------------------------
+// The host waiting for the GPU (a fence wait, or a catch-up before an order) leaves the GPU idle
+// behind it, and an order makes every stream wait for all the device's earlier work (NCCL's
+// included: communication stops overlapping compute). Both buy memory: the pending blocks are
+// reused instead of new ones. Up to a budget the pool grows instead, once: the growth stays
+// cached, so in a loop the same moment next time finds the older blocks passed. Off by default:
+// on the H200 (2026-11-28) it made a thread's malloc+free loop 2.5-3x faster but cost memory
+// beyond the budget itself on DDP and generation (poor fits split instead of waited for), for
+// no resolvable wall-time gain (docs/benchmarks.md, "Multi-stream"). Unmapping never uses it.
+int cci__fence_slack_left(const cci_allocator *a, size_t bytes)
+{
+    return a->cfg.fence_slack_mb > 0 && a->slack_used + bytes <= ((size_t)a->cfg.fence_slack_mb << 20);
+}
+
+void cci__fence_slack_charge(cci_allocator *a, int64_t delta)
+{
+    if (delta > 0) {
+        a->slack_used += (size_t)delta;
+        a->st.num_fence_slack_grows++;
+        a->st.fence_slack_bytes += (uint64_t)delta;
+    } else {
+        a->slack_used = (size_t)-delta < a->slack_used ? a->slack_used - (size_t)-delta : 0;
+    }
+}
+
+// reuse_batch on the budget (wait_for's `slack`): 0 with nothing done where growth (a miss) or a
+// poor fit (a poor fit) may stand in for a host wait.
+static int reuse_on_budget(cci_allocator *a, cci_fence_batch *fb, size_t rounded, int slack)
+{
+    if (slack == CCI_SLACK_NONE || !cci__fence_slack_left(a, rounded))
+        return reuse_batch(a, fb);
+    if (slack == CCI_SLACK_GROW) {
+        a->slack_grow = 1;
+        return 0;
+    }
+    // A poor fit: an order costs the host nothing, a catch-up or a wait does.
+    if (!a->fences->order)
+        return 0;
+    int r = a->fences->order(a->be.ctx, a->device, fb->fence);
+    return r == 1 ? settle_upto(a, fb, 1) : 0;
+}
+
 size_t cci__fenced_pending_bytes(const cci_allocator *a)
 {
     size_t n = 0;
@@ -310,7 +352,7 @@ int cci__fenced_could_fit(const cci_allocator *a, size_t rounded, int small, uin
     return 0;
 }
 
-int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare)
+int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t stream, unsigned spare, int slack)
 {
     // What the request needs is one block: a run of neighbours in one segment that are free now
     // or will be once their batch has passed, merged as free_block merges them. A sum over the
@@ -340,7 +382,7 @@ int cci__fenced_wait_for(cci_allocator *a, size_t rounded, int small, uint64_t s
     for (cci_fence_batch *fb = a->fb_head; fb; fb = fb->next)
         for (cci_block *b = fb->head; b; b = b->pend_next)
             b->wave = 0;
-    return target ? reuse_batch(a, target) : 0;
+    return target ? reuse_on_budget(a, target, rounded, slack) : 0;
 }
 
 int cci__fenced_drain(cci_allocator *a)

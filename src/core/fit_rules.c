@@ -14,15 +14,22 @@ cci_block *cci__take_after_fences(cci_allocator *a, size_t rounded, int small, u
     cci_block *b = NULL;
     if (cci__fenced_harvest(a, CCI_ASK_IN_FULL))
         b = cci__take_free_block(a, rounded, small, stream);
-    while (!b && cci__fenced_wait_for(a, rounded, small, stream, FENCED_MISS_SPARE))
+    while (!b && cci__fenced_wait_for(a, rounded, small, stream, FENCED_MISS_SPARE, CCI_SLACK_GROW))
         b = cci__take_free_block(a, rounded, small, stream);
+    if (a->slack_grow)
+        return NULL;  // the pool grows on the fence budget (fenced.c)
     // [compact] Pages of free blocks anywhere are unmapped and mapped again where the growth
     // needs them (expandable.c), so pending frees of any shape and stream spare a growth: wait for
     // the oldest batches while what they hold could cover the request, rather than map new pages
     // beside memory that is only waiting for its fence.
-    while (!b && a->exp && a->exp->mode == CCI_EXP_COMPACT && a->fb_head &&
-           cci__fenced_pending_bytes(a) >= rounded && cci__fenced_wait_oldest(a))
-        b = cci__take_free_block(a, rounded, small, stream);
+    if (!b && a->exp && a->exp->mode == CCI_EXP_COMPACT && a->fb_head && cci__fenced_pending_bytes(a) >= rounded) {
+        if (cci__fence_slack_left(a, rounded)) {
+            a->slack_grow = 1;  // as above: the pages are mapped on the fence budget
+            return NULL;
+        }
+        while (!b && a->fb_head && cci__fenced_pending_bytes(a) >= rounded && cci__fenced_wait_oldest(a))
+            b = cci__take_free_block(a, rounded, small, stream);
+    }
     return b;
 }
 
@@ -50,7 +57,10 @@ cci_block *cci__better_fit_after_fences(cci_allocator *a, cci_block *b, size_t r
     cci_free_set_insert(&a->free_set[small], b);
     // The open batch too where a fence is cheap (FENCED_FIT_HARVEST_MAX_WIDTH): its blocks are the
     // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
-    int harvest = cheap && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
+    // On the fence budget a fence is not recorded for a better fit: the record and its question
+    // cost more than the pair they would save (a thread's malloc+free loop on its own stream).
+    int on_budget = cci__fence_slack_left(a, rounded);
+    int harvest = cheap && !on_budget && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
     if (harvest)
         a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
     if (harvest ? cci__fenced_harvest(a, ask) : cci__fenced_poll(a, ask))
@@ -65,7 +75,8 @@ cci_block *cci__better_fit_after_fences(cci_allocator *a, cci_block *b, size_t r
     unsigned spare = FENCED_FIT_SPARE;
     if (!cheap && side_streams_idle(a))
         spare = 0;
-    while (!c && ask == CCI_ASK_IN_FULL && cci__fenced_wait_for(a, rounded, small, stream, spare))
+    while (!c && ask == CCI_ASK_IN_FULL && cci__fenced_wait_for(a, rounded, small, stream, spare, CCI_SLACK_NO_WAIT))
         c = cci__take_free_block(a, rounded, small, stream);
+    a->slack_grow = 0;  // (not set by a poor fit's search; nothing grows here)
     return c ? c : cci__take_free_block(a, rounded, small, stream);
 }

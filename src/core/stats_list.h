@@ -35,7 +35,9 @@
     X(num_device_free, 1)                                                                          \
     X(num_fence_records, 0)                                                                        \
     X(num_fence_waits, 0)                                                                          \
-    X(num_fence_catch_ups, 0)
+    X(num_fence_catch_ups, 0)                                                                      \
+    X(num_fence_slack_grows, 0)                                                                    \
+    X(fence_slack_bytes, 0)
 
 /// What the device's own calls cost the host (uint64_t, only ever grow; ours alone, not PyTorch
 /// keys), filled in by the backend when the copy is made (backend.h, costs), never counted by the

@@ -61,6 +61,10 @@ cci_block *cci__stream_handover(cci_allocator *a, size_t rounded, int small, uin
         return NULL;  // e.g. during a capture: the pool grows instead
     a->st.num_fence_records++;
     int passed = a->fences->query(a->be.ctx, a->device, f);
+    if (passed == 0 && cci__fence_slack_left(a, rounded)) {
+        a->slack_grow = 1;  // the pool grows on the fence budget instead (fenced.c)
+        passed = -1;
+    }
     if (passed == 0) {
         a->st.num_fence_waits++;
         passed = a->fences->wait(a->be.ctx, a->device, f) == CCI_OK;

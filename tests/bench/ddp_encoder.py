@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """DDP on several GPUs: a 6-layer transformer encoder trained with DistributedDataParallel.
 
-  torchrun --nproc-per-node 2 tests/bench/ddp_encoder.py [--steps N] [--report FILE]
+  torchrun --nproc-per-node 2 tests/bench/ddp_encoder.py [--steps N] [--report FILE] [--profile DIR]
 
 Rank 0 prints one JSON line: wall seconds of the timed steps (after two warm-up steps), per rank
 the peak reserved memory (PyTorch's figure, or libccinterpose's when the preload is active: with
@@ -11,7 +11,10 @@ memory of the process as NVML saw it (nvml_peak.py: the like-for-like figure, si
 NCCL and the libraries take in every configuration; null when NVML is absent), and result_sum,
 which must be identical with and without the preload. --report writes the preload's report of
 each rank there ("{rank}" in FILE becomes the rank) while CUDA is still up. Set
-NCCL_NVLS_ENABLE=0 on machines where NVLink multicast is not to be used.
+NCCL_NVLS_ENABLE=0 on machines where NVLink multicast is not to be used. --profile records three
+steps after the warm-up with torch.profiler (CPU and CUDA activities) and writes each rank's
+Chrome trace to DIR/trace-rank{rank}.json.gz (tests/bench/timeline.py reads it); such a run's
+wall time includes the profiler's and means nothing.
 """
 import argparse
 import json
@@ -32,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--report", help="the preload's report of each rank; {rank} becomes the rank")
+    ap.add_argument("--profile", help="a folder for each rank's torch.profiler trace of three steps")
     args = ap.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -50,11 +54,22 @@ def main():
     gen.manual_seed(99 + rank)
     losses = []
     t0 = None
+    prof = None
     for step in range(args.steps + 2):
         if step == 2:
             torch.cuda.synchronize()
             dist.barrier()
             t0 = time.perf_counter()
+        if args.profile and step == 4:
+            acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
+        if prof is not None and step == 7:
+            torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            os.makedirs(args.profile, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(args.profile, f"trace-rank{rank}.json.gz"))
+            prof = None
         L = rnd.choice([128, 256, 384, 512])
         x = torch.randn(16, L, 1024, device=dev, generator=gen)
         y = model(x).float().pow(2).mean()

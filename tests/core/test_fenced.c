@@ -5,7 +5,8 @@
 // fence instead of reserving; a poor fit waits for a fitting pending block unless a side stream is
 // busy and the block's batch is among the newest; fences that order all later work make their
 // batch (and older ones) reusable at once; the OOM ladder still works; without fences FENCED acts
-// as DEFERRED.
+// as DEFERRED. All with the fence budget off (fence_slack_mb:0): test_fence_slack.c shows where
+// it lets the pool grow instead of waiting.
 #include <string.h>
 
 #include "allocator_impl.h"
@@ -30,6 +31,7 @@ static void make(fixture *f, size_t capacity, uint64_t lag)
     memset(f, 0, sizeof *f);
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.fence_slack_mb = 0;  // the trades below without the fence budget (test_fence_slack.c has it)
     f->sim = cci_sim_create(capacity);
     cci_sim_set_fence_lag(f->sim, lag);
     f->a = cci_allocator_create(0, &cfg, cci_sim_backend(f->sim));

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The multi-stream benchmarks (docs/benchmarks.md, "Multi-stream"), one unattended run on a machine
+# with two GPUs:
+#   1. DDP (gpu-ddp.sh): DDP_ROUNDS rounds of native, ours and ours without the fence budget for
+#      wall time; MEM_ROUNDS rounds of PyTorch expandable, ours expandable, ours compact and ours
+#      immediate for peaks;
+#   2. then, side by side, on GPU 0 the threaded server pattern (tests/bench/bench_threads.c:
+#      T threads, each its own non-blocking stream, cached 64 KiB pairs) through cudaMallocAsync,
+#      ours and ours without the budget, in rotated rounds; on GPU 1 the generation workload
+#      (tests/bench/generation.py) natively, under ours, ours without the budget, PyTorch
+#      expandable, ours expandable and ours compact, in rotated rounds.
+# Environment: CCI_GPU_OUT, DDP_ROUNDS (default 7), MEM_ROUNDS (default 2), GEN_ROUNDS (default 2),
+# THREAD_ROUNDS (default 3), GEN_REQUESTS (default 12), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
+set -u -o pipefail
+# shellcheck source=scripts/gpu-common.sh
+source "$(dirname "$0")/gpu-common.sh"
+status=0
+cci_build_preload || exit 1
+cci_find_nvcc || exit 1
+here=$(dirname "$0")
+out=$CCI_GPU_OUT
+CCI_GPU_OUT=$out/ddp REPEATS=${DDP_ROUNDS:-7} CONFIGS="native ours ours-no-budget" STACKS_RUN=0 \
+    CCI_DEADLINE=$(( $(cci_left) - 150 )) "$here/gpu-ddp.sh" >"$out/ddp-time.txt" 2>&1 || status=1
+CCI_GPU_OUT=$out/ddp REPEATS=${MEM_ROUNDS:-2} STACKS_RUN=0 \
+    CONFIGS="native-expandable ours-expandable ours-compact ours-immediate" \
+    CCI_DEADLINE=$(( $(cci_left) - 110 )) "$here/gpu-ddp.sh" >"$out/ddp-memory.txt" 2>&1 || status=1
+CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-no-budget native-expandable ours-expandable ours-compact ours-immediate" \
+    "$PYTHON" tests/bench/gpu_report.py ddp "$out/ddp" >"$out/ddp-summary.txt" 2>&1 || status=1
+
+"$NVCC" -O2 -cudart shared -Iinclude -Iexamples -Itests/bench tests/bench/bench_threads.c -o "$CCI_BIN/bench_threads" -ldl \
+    -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" || status=1
+threads() {
+    for r in $(seq 1 "${THREAD_ROUNDS:-3}"); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" async ours ours-no-budget); do
+            case $c in
+                async) env CUDA_VISIBLE_DEVICES=0 "$CCI_BIN/bench_threads" --api async --threads 1,8,16 --budget-ms 300 --label async ;;
+                ours) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off "$CCI_BIN/bench_threads" --api malloc \
+                          --threads 1,8,16 --budget-ms 300 --label ours ;;
+                ours-no-budget) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off CCI_ALLOC_CONF=fence_slack_mb:0 \
+                          "$CCI_BIN/bench_threads" --api malloc --threads 1,8,16 --budget-ms 300 --label ours-no-budget ;;
+            esac
+        done
+    done
+}
+generation() {
+    for r in $(seq 1 "${GEN_ROUNDS:-2}"); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native ours ours-no-budget native-expandable ours-expandable ours-compact); do
+            local e=(CUDA_VISIBLE_DEVICES=1)
+            case $c in
+                native) ;;
+                native-expandable) e+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+                ours) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
+                ours-*) conf=fence_slack_mb:0
+                        [[ $c == ours-expandable ]] && conf=expandable_segments:True
+                        [[ $c == ours-compact ]] && conf=compact_segments:True
+                        e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info "CCI_ALLOC_CONF=$conf") ;;
+            esac
+            (( $(cci_left) < 45 )) && { echo "== out of time before $c round $r"; return 1; }
+            echo "== $c round $r"
+            timeout 120 env "${e[@]}" "$PYTHON" tests/bench/generation.py --requests "${GEN_REQUESTS:-12}" 2>&1 | grep -E '^\{|stream rule|fence costs|ordered on' | sed "s/^{/{\"config\": \"$c\", \"round\": $r, /"
+        done
+    done
+}
+threads >"$out/threads.txt" 2>&1 &
+tp=$!
+generation >"$out/generation.txt" 2>&1 &
+gp=$!
+wait $tp || status=1
+wait $gp || status=1
+tail -n 30 "$out/ddp-summary.txt"
+grep -h "^threads\|^ *[a-z-]* *malloc\|async," "$out/threads.txt" | head -40
+"$PYTHON" - "$out/generation.txt" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith('{"config"'):
+        x = json.loads(line)
+        rows.setdefault(x["config"], []).append(x)
+nat = rows.get("native", [])
+ns = statistics.median(x["seconds"] for x in nat) if nat else None
+npk = statistics.median(x["peak_reserved_mib"] for x in nat) if nat else None
+print("generation: config, median s, x native, peak reserved MiB, x native, result_sum match")
+for c, xs in rows.items():
+    s = statistics.median(x["seconds"] for x in xs)
+    p = statistics.median(x["peak_reserved_mib"] for x in xs)
+    same = all(x["result_sum"] == nat[0]["result_sum"] for x in xs) if nat else None
+    print(f"  {c:<18} {s:8.3f} {s / ns if ns else 0:6.3f} {p:9.1f} {p / npk if npk else 0:6.3f} {same}")
+PY
+cci_say "gpu-multistream: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s"
+exit $status
