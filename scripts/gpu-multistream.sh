@@ -28,6 +28,7 @@ CCI_GPU_OUT=$out/ddp REPEATS=${MEM_ROUNDS:-2} STACKS_RUN=0 \
 CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-no-budget native-expandable ours-expandable ours-compact ours-immediate" \
     "$PYTHON" tests/bench/gpu_report.py ddp "$out/ddp" >"$out/ddp-summary.txt" 2>&1 || status=1
 
+mkdir -p "$CCI_BIN"
 "$NVCC" -O2 -cudart shared -Iinclude -Iexamples -Itests/bench tests/bench/bench_threads.c -o "$CCI_BIN/bench_threads" -ldl \
     -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" || status=1
 threads() {
