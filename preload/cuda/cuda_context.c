@@ -19,6 +19,9 @@
 // pair costs nothing that matters.
 _Atomic(CUcontext) cci__primary[CCI_PL_MAX_DEVICES];
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+// How many of them are held, kept beside the array under primary_lock: the fences' width asks on
+// every poor fit, and a walk over all CCI_PL_MAX_DEVICES slots was a tenth of a fenced pair.
+static atomic_uint primaries_held;
 
 static CUcontext primary_ctx(int device)
 {
@@ -38,6 +41,8 @@ static CUcontext primary_ctx(int device)
             c = NULL;
         }
         atomic_store_explicit(&cci__primary[device], c, memory_order_release);
+        if (c)
+            atomic_fetch_add_explicit(&primaries_held, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&primary_lock);
     return c;
@@ -163,6 +168,7 @@ void cci_cuda_context_drop(int device)
     pthread_mutex_lock(&primary_lock);
     CUcontext c = atomic_exchange(&cci__primary[device], NULL);
     if (c) {
+        atomic_fetch_sub_explicit(&primaries_held, 1, memory_order_relaxed);
         CUdevice d;
         if (cci_real_drv()->cuDeviceGet(&d, device) == CUDA_SUCCESS)
             cci_real_drv()->cuDevicePrimaryCtxRelease_v2(d);
@@ -192,4 +198,10 @@ void cci_cuda_context_atfork_child(void)
     pthread_mutex_init(&primary_lock, NULL);
     for (int i = 0; i < CCI_PL_MAX_DEVICES; i++)
         atomic_store(&cci__primary[i], NULL);
+    atomic_store(&primaries_held, 0);
+}
+
+unsigned cci_cuda_backend_primaries(void)
+{
+    return atomic_load_explicit(&primaries_held, memory_order_relaxed);
 }

@@ -17,6 +17,8 @@
 int cci_cuda_backend_init(void);
 /// The primary context of `device` that our segments live in: the one the backend holds, or
 /// with `retain` = 1 retained now if it holds none yet. NULL when there is none.
+/// How many devices' primary contexts we hold now (a moment's figure, no lock).
+unsigned cci_cuda_backend_primaries(void);
 CUcontext cci_cuda_backend_primary(int device, int retain);
 /// The same without retaining, inline for the hooks' fast path: the context the backend holds
 /// for `device` (an ordinal below CCI_PL_MAX_DEVICES), NULL when none.

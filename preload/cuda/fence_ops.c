@@ -265,9 +265,7 @@ static unsigned fence_width(void *ctx, int device)
     // while every side stream is idle, where many streams live). Reporting 1 let the harvest and
     // the sparing in: on the H100 one resnet process of five then peaked at 3770 MiB (1.040x
     // immediate reuse) with ~12 000 records, against 3622 and ~2 400 (2026-11-25, 2b17582).
-    size_t n = cci_stream_registry_live();
-    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
-        n += cci_cuda_backend_primary_peek(d) != NULL;  // no lock: a moment's figure
+    size_t n = cci_stream_registry_live() + cci_cuda_backend_primaries();  // a moment's figure
     if (n == 0)
         n = 1;
     return n > UINT_MAX ? UINT_MAX : (unsigned)n;
