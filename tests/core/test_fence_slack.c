@@ -6,8 +6,8 @@
 // (fence_slack_mb:0, the default) every one of these waits (the controls).
 #include <string.h>
 
+#include "alloc_checks.h"
 #include "allocator_impl.h"
-#include "testutil.h"
 
 #define BIG (20 * MiB)  // fills its own segment: only the freed block itself can serve it again
 
@@ -40,16 +40,12 @@ static void done(fixture *f)
 
 static const cci_stats *stats(fixture *f)
 {
-    cci_alloc_stats(f->a, &f->st);
-    return &f->st;
+    return t_stats(f->a, &f->st);
 }
 
 static uintptr_t must_alloc(fixture *f, size_t size, uint64_t stream)
 {
-    uintptr_t p = 0;
-    int rc = cci_malloc(f->a, size, stream, &p);
-    CHECK(rc == CCI_OK, "malloc(%zu) returned %d", size, rc);
-    return p;
+    return t_must_alloc(f->a, size, stream);
 }
 
 // One BIG block freed (fenced) and its batch closed by another stream's miss: a pending block

@@ -9,8 +9,8 @@
 // it lets the pool grow instead of waiting.
 #include <string.h>
 
+#include "alloc_checks.h"
 #include "allocator_impl.h"
-#include "testutil.h"
 
 typedef struct fixture {
     cci_sim_device *sim;
@@ -51,16 +51,12 @@ static void done(fixture *f)
 
 static const cci_stats *stats(fixture *f)
 {
-    cci_alloc_stats(f->a, &f->st);
-    return &f->st;
+    return t_stats(f->a, &f->st);
 }
 
 static uintptr_t must_alloc(fixture *f, size_t size, uint64_t stream)
 {
-    uintptr_t p = 0;
-    int rc = cci_malloc(f->a, size, stream, &p);
-    CHECK(rc == CCI_OK, "malloc(%zu) on stream %llu returned %d", size, (unsigned long long)stream, rc);
-    return p;
+    return t_must_alloc(f->a, size, stream);
 }
 
 static int block_state(fixture *f, uintptr_t p)
