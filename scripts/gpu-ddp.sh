@@ -13,7 +13,8 @@
 # DDP_SUM_REL_TOL). NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
 # Environment: CCI_GPU_OUT (default build-gpu/out/), STEPS (default 20), NPROC (default 2), REPEATS (default 3), CONFIGS (default:
-# native ours ours-immediate; also native-expandable, ours-expandable, ours-compact, ours-no-budget), STACKS_RUN (default 1), CCI_NVML_INTERVAL_MS (NVML sampling period,
+# native ours ours-immediate; also native-expandable, ours-expandable, ours-compact, ours-no-budget,
+# ours-pluggable), STACKS_RUN (default 1), CCI_NVML_INTERVAL_MS (NVML sampling period,
 # default 2), PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
@@ -26,7 +27,7 @@ STACKS_RUN=${STACKS_RUN:-1}
 for v in STEPS NPROC REPEATS; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { cci_say "$v=${!v}: expected a whole number from 1"; exit 1; }
 done
-ddp_configs="native native-expandable ours ours-immediate ours-expandable ours-compact ours-no-budget"
+ddp_configs="native native-expandable ours ours-immediate ours-expandable ours-compact ours-no-budget ours-pluggable"
 for c in $CONFIGS; do
     [[ " $ddp_configs " == *" $c "* ]] || { cci_say "CONFIGS: unknown configuration '$c' ($ddp_configs)"; exit 1; }
 done
@@ -47,6 +48,8 @@ config_env() {  # CONFIG: sets the array CFG_ENV to its environment
         # The default mode without the fence budget: the policy before it, for comparison.
         ours-no-budget) CFG_ENV=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info
             CCI_ALLOC_CONF=fence_slack_mb:0) ;;
+        # PyTorch's pluggable allocator on the preload's entry points: the stream comes with every call.
+        ours-pluggable) CFG_ENV=(CCI_TORCH_PLUGGABLE=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info) ;;
     esac
 }
 run_ddp() {  # LOG [ddp_encoder.py args] -- ENV...

@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: MIT
 # The multi-stream benchmarks (docs/benchmarks.md, "Multi-stream"), one unattended run on a machine
 # with two GPUs:
-#   1. DDP (gpu-ddp.sh): DDP_ROUNDS rounds of native, ours and ours without the fence budget for
-#      wall time; MEM_ROUNDS rounds of PyTorch expandable, ours expandable, ours compact and ours
-#      immediate for peaks;
+#   1. DDP (gpu-ddp.sh): DDP_ROUNDS rounds of native, ours and ours as PyTorch's pluggable
+#      allocator for wall time; MEM_ROUNDS rounds of PyTorch expandable, ours expandable, ours
+#      compact and ours immediate for peaks;
 #   2. then, side by side, on GPU 0 the threaded server pattern (tests/bench/bench_threads.c:
 #      T threads, each its own non-blocking stream, cached 64 KiB pairs) through cudaMallocAsync,
-#      ours and ours without the budget, in rotated rounds; on GPU 1 the generation workload
-#      (tests/bench/generation.py) natively, under ours, ours without the budget, PyTorch
-#      expandable, ours expandable and ours compact, in rotated rounds.
+#      ours and ours with a 32 MiB fence budget, in rotated rounds; on GPU 1 the generation
+#      workload (tests/bench/generation.py) natively, under ours, ours as the pluggable allocator,
+#      PyTorch expandable, ours expandable and ours compact, in rotated rounds.
 # Environment: CCI_GPU_OUT, DDP_ROUNDS (default 7), MEM_ROUNDS (default 2), GEN_ROUNDS (default 2),
 # THREAD_ROUNDS (default 3), GEN_REQUESTS (default 12), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
 set -u -o pipefail
@@ -20,12 +20,12 @@ cci_build_preload || exit 1
 cci_find_nvcc || exit 1
 here=$(dirname "$0")
 out=$CCI_GPU_OUT
-CCI_GPU_OUT=$out/ddp REPEATS=${DDP_ROUNDS:-7} CONFIGS="native ours ours-no-budget" STACKS_RUN=0 \
+CCI_GPU_OUT=$out/ddp REPEATS=${DDP_ROUNDS:-7} CONFIGS="native ours ours-pluggable" STACKS_RUN=0 \
     CCI_DEADLINE=$(( $(cci_left) - 150 )) "$here/gpu-ddp.sh" >"$out/ddp-time.txt" 2>&1 || status=1
 CCI_GPU_OUT=$out/ddp REPEATS=${MEM_ROUNDS:-2} STACKS_RUN=0 \
     CONFIGS="native-expandable ours-expandable ours-compact ours-immediate" \
     CCI_DEADLINE=$(( $(cci_left) - 110 )) "$here/gpu-ddp.sh" >"$out/ddp-memory.txt" 2>&1 || status=1
-CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-no-budget native-expandable ours-expandable ours-compact ours-immediate" \
+CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-pluggable native-expandable ours-expandable ours-compact ours-immediate" \
     "$PYTHON" tests/bench/gpu_report.py ddp "$out/ddp" >"$out/ddp-summary.txt" 2>&1 || status=1
 
 mkdir -p "$CCI_BIN"
@@ -33,26 +33,27 @@ mkdir -p "$CCI_BIN"
     -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" || status=1
 threads() {
     for r in $(seq 1 "${THREAD_ROUNDS:-3}"); do
-        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" async ours ours-no-budget); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" async ours ours-budget); do
             case $c in
                 async) env CUDA_VISIBLE_DEVICES=0 "$CCI_BIN/bench_threads" --api async --threads 1,8,16 --budget-ms 300 --label async ;;
                 ours) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off "$CCI_BIN/bench_threads" --api malloc \
                           --threads 1,8,16 --budget-ms 300 --label ours ;;
-                ours-no-budget) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off CCI_ALLOC_CONF=fence_slack_mb:0 \
-                          "$CCI_BIN/bench_threads" --api malloc --threads 1,8,16 --budget-ms 300 --label ours-no-budget ;;
+                ours-budget) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off CCI_ALLOC_CONF=fence_slack_mb:32 \
+                          "$CCI_BIN/bench_threads" --api malloc --threads 1,8,16 --budget-ms 300 --label ours-budget ;;
             esac
         done
     done
 }
 generation() {
     for r in $(seq 1 "${GEN_ROUNDS:-2}"); do
-        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native ours ours-no-budget native-expandable ours-expandable ours-compact); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native ours ours-pluggable native-expandable ours-expandable ours-compact); do
             local e=(CUDA_VISIBLE_DEVICES=1)
             case $c in
                 native) ;;
                 native-expandable) e+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
                 ours) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
-                ours-*) conf=fence_slack_mb:0
+                ours-pluggable) e+=(CCI_TORCH_PLUGGABLE=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
+                ours-*) conf=
                         [[ $c == ours-expandable ]] && conf=expandable_segments:True
                         [[ $c == ours-compact ]] && conf=compact_segments:True
                         e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info "CCI_ALLOC_CONF=$conf") ;;

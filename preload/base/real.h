@@ -58,6 +58,7 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     X(cudaDeviceReset, REQUIRED, (void), ())                                                 \
     X(cudaGetDevice, REQUIRED, (int *dev), (dev))                                            \
     X(cudaGetDeviceCount, REQUIRED, (int *n), (n))                                           \
+    X(cudaSetDevice, REQUIRED, (int dev), (dev))                                             \
     X(cudaMallocAsync, OPTIONAL, (void **p, size_t size, cudaStream_t s), (p, size, s))      \
     X(cudaFreeAsync, OPTIONAL, (void *p, cudaStream_t s), (p, s))                            \
     X(cudaMallocAsync_ptsz, OPTIONAL, (void **p, size_t size, cudaStream_t s), (p, size, s)) \

@@ -36,4 +36,8 @@ CCI_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsig
 CCI_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream);
 CCI_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
 
+// PyTorch's pluggable allocator's two functions (torch_pluggable.c), by the names Python passes.
+CCI_EXPORT void *cci_torch_alloc(size_t size, int device, cudaStream_t stream);
+CCI_EXPORT void cci_torch_free(void *ptr, size_t size, int device, cudaStream_t stream);
+
 #endif

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nvml_peak import sampler_for_torch_device  # noqa: E402
-from torch_run import cci_figures  # noqa: E402  (the preload's statistics through ctypes)
+from torch_run import cci_figures, use_pluggable_allocator  # noqa: E402  (the preload's figures)
 
 
 def main():
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--report", help="the preload's report of each rank; {rank} becomes the rank")
     ap.add_argument("--profile", help="a folder for each rank's torch.profiler trace of three steps")
     args = ap.parse_args()
+    use_pluggable_allocator()  # (CCI_TORCH_PLUGGABLE=1: PyTorch allocates through the preload)
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))

@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_run import cci_figures  # noqa: E402
+from torch_run import cci_figures, use_pluggable_allocator  # noqa: E402
 
 
 def main():
@@ -31,6 +31,7 @@ def main():
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--hidden", type=int, default=2048)
     args = ap.parse_args()
+    use_pluggable_allocator()  # (CCI_TORCH_PLUGGABLE=1: PyTorch allocates through the preload)
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(1234)
     cfg = LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.hidden * 11 // 4,

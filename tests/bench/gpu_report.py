@@ -69,7 +69,7 @@ CHECK_LABELS = {
     "native": "PyTorch native", "native-expandable": "PyTorch expandable",
     "ours": "ours default", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
     "ours-compact": "ours compact", "ours-torch-cache": "ours + PyTorch cache",
-    "ours-no-budget": "ours, no fence budget",
+    "ours-no-budget": "ours, no fence budget", "ours-pluggable": "ours as PyTorch's pluggable allocator",
 }
 
 

@@ -50,6 +50,24 @@ class Stats(ctypes.Structure):
                 + [(n, ctypes.c_uint64) for n in _COUNTERS])
 
 
+def use_pluggable_allocator():
+    """With CCI_TORCH_PLUGGABLE=1 and the preload loaded: PyTorch allocates through the preload's
+    pluggable allocator entry points (cci_torch_alloc / cci_torch_free), which receive the stream
+    of every call, instead of its caching allocator (preload/hooks/torch_pluggable.c). Call before
+    the first CUDA allocation. Returns True when installed."""
+    import os
+    if os.environ.get("CCI_TORCH_PLUGGABLE") != "1":
+        return False
+    import torch
+    lib = next((p for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+                if p.endswith("libccinterpose.so")), None)
+    if not lib:
+        raise SystemExit("CCI_TORCH_PLUGGABLE=1 needs libccinterpose.so in LD_PRELOAD")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "cci_torch_alloc", "cci_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    return True
+
+
 def cci_figures(device, reports):
     lib = ctypes.CDLL(None)  # the global scope: a preloaded library's exports are in it
     try:
