@@ -454,7 +454,9 @@ static int map(void *ctx, int device, uintptr_t va, size_t size, uint64_t page)
                 r->maps++;
             rc = CCI_OK;
         } else {
+            uint64_t t1 = cci_pl_now_ns();
             cci_real_drv()->cuMemUnmap((CUdeviceptr)va, size);  // host out of memory: undo
+            vt_add(device, VT_UNMAP, t1);
         }
     } else {
         cci_log(CCI_LOG_DEBUG, "device %d: cuMemMap(%#lx, %zu) failed (CUresult %d)", device, (unsigned long)va,
@@ -596,8 +598,10 @@ int cci_vmm_peer_enabled(int dev, int peer)
             while (j < d->maps.n && d->maps.v[j - 1].va + d->maps.v[j - 1].size == d->maps.v[j].va)
                 j++;
             uintptr_t lo = d->maps.v[i].va, hi = d->maps.v[j - 1].va + d->maps.v[j - 1].size;
+            uint64_t t0 = cci_pl_now_ns();
             if (cci_real_drv()->cuMemSetAccess((CUdeviceptr)lo, hi - lo, &desc, 1) != CUDA_SUCCESS)
                 failed++;
+            vt_add(peer, VT_ACCESS, t0);  // the pages' device's calls
             i = j;
         }
     }

@@ -102,8 +102,12 @@ static void peer(int driver_api)
     CHECK(fakecu_vmm_access(0, old, 6 * MiB) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
           "device 0 may use its own block");
     CHECK(!peer_access(old, 6 * MiB), "before peer access, device 0's mapping is not accessible from device 1");
+    ptest_api api = ptest_get_api();
+    uint64_t access0 = ptest_stats(&api, 0).vmm_set_access_calls;
     enable_peer(driver_api);
     CHECK(peer_access(old, 6 * MiB), "the existing mapping is now accessible from device 1");
+    uint64_t granted = ptest_stats(&api, 0).vmm_set_access_calls - access0;
+    CHECK(granted >= 1, "the grant's cuMemSetAccess calls are device 0's costs (%llu)", (unsigned long long)granted);
     CU_OK(fakecu_device_write(1, (char *)old + 4096, NULL, 0x5c, 4096));
     CHECK(((unsigned char *)old)[4096] == 0x5c, "device 1 wrote into device 0's existing block");
     // Growth: pages mapped after the grant get it as well.
