@@ -5,6 +5,10 @@ fake CUDA: each scenario runs module_probe.py in processes of its own and checks
 
 check_module.py --scenario active|absent|disabled|layout --source DIR --preload LIB
                 --fake-libdir DIR --ccreplay-dir DIR --other-preload LIB
+check_module.py --installed --launcher BIN/ccinterpose --scenario active|absent ...
+    the pip-installed package instead (check_pip_install.py): run by the environment's python,
+    which imports the installed module; probes run under the installed launcher, replay() finds
+    the package's own ccreplay, and the child under the preload gets the package's library.
 
 Every check prints one `ok:` or `FAIL:` line; the status is 1 when any failed.
 """
@@ -40,16 +44,18 @@ def check(ok, what, detail=''):
 def probe(opts, env_changes, *args):
     """module_probe.py ARGS in a fresh process; its JSON, or None (reported) when it failed."""
     env = dict(os.environ)
-    env.pop('LD_PRELOAD', None)
-    env.update({'PYTHONPATH': opts.source, 'LD_LIBRARY_PATH': opts.fake_libdir,
-                'FAKECUDA_CAPACITY': '256M', 'CCI_REPORT': 'off', 'CCI_WHATIF_SECONDS': '0'})
-    for k, v in env_changes.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'module_probe.py')
-    r = subprocess.run([sys.executable, script] + [str(a) for a in args], env=env,
+    for k in ('LD_PRELOAD', 'PYTHONPATH'):
+        env.pop(k, None)
+    if opts.source:
+        env['PYTHONPATH'] = opts.source
+    env.update({'LD_LIBRARY_PATH': opts.fake_libdir, 'FAKECUDA_CAPACITY': '256M', 'CCI_REPORT': 'off',
+                'CCI_WHATIF_SECONDS': '0'})
+    env.update(env_changes)
+    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'module_probe.py')]
+    if opts.launcher and env.get('LD_PRELOAD') == opts.preload:
+        del env['LD_PRELOAD']  # the installed launcher must find its library by itself
+        cmd = [opts.launcher, '--'] + cmd
+    r = subprocess.run(cmd + [str(a) for a in args], env=env,
                        capture_output=True, text=True, errors='replace', timeout=120)
     if not check(r.returncode == 0, f'probe {" ".join(map(str, args))} ran',
                  f'status {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}'):
@@ -136,7 +142,8 @@ def scenario_active(opts):
               'empty_cache() after the frees gives every segment back', after)
 
         # replay(): the installed-or-PATH ccreplay on the trace this process recorded.
-        os.environ['PATH'] = opts.ccreplay_dir + os.pathsep + os.environ.get('PATH', '')
+        if opts.ccreplay_dir:
+            os.environ['PATH'] = opts.ccreplay_dir + os.pathsep + os.environ.get('PATH', '')
         trace = os.path.join(tmp, f'run-{v["pid"]}.trace')
         try:
             # On the fake's 256 MiB the recorded 1 GiB request fails again, as it did in the run.
@@ -215,14 +222,24 @@ def scenario_layout(opts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--scenario', required=True, choices=['active', 'absent', 'disabled', 'layout'])
-    ap.add_argument('--source', required=True, help='the folder holding the package ccinterpose')
+    ap.add_argument('--installed', action='store_true', help='check the module this python imports')
+    ap.add_argument('--launcher', help='the installed ccinterpose (with --installed)')
+    ap.add_argument('--source', help='the folder holding the package ccinterpose (the source tree)')
     ap.add_argument('--preload')
     ap.add_argument('--fake-libdir')
     ap.add_argument('--ccreplay-dir')
     ap.add_argument('--other-preload')
     ap.add_argument('--header')
     opts = ap.parse_args()
-    sys.path.insert(0, opts.source)
+    if opts.installed:
+        import ccinterpose
+        opts.source, opts.preload = None, ccinterpose.library_path()
+        check(opts.preload is not None and opts.launcher is not None,
+              f'the installed module ({ccinterpose.__file__}) has its library beside it', opts.preload)
+        if failed:
+            return 1
+    else:
+        sys.path.insert(0, opts.source)
     {'active': scenario_active, 'absent': scenario_absent, 'disabled': scenario_disabled,
      'layout': scenario_layout}[opts.scenario](opts)
     return 1 if failed else 0
