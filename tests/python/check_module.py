@@ -3,8 +3,9 @@
 """The Python module ccinterpose from the source tree, against the build tree's preload and the
 fake CUDA: each scenario runs module_probe.py in processes of its own and checks what it saw.
 
-check_module.py --scenario active|absent|disabled|layout --source DIR --preload LIB
-                --fake-libdir DIR --ccreplay-dir DIR --other-preload LIB
+check_module.py --scenario active|absent|disabled|older-library|layout --source DIR
+                --preload LIB --fake-libdir DIR --ccreplay-dir DIR --other-preload LIB
+                --older-api LIB --header include/ccinterpose.h
 check_module.py --installed --launcher BIN/ccinterpose --scenario active|absent ...
     the pip-installed package instead (check_pip_install.py): run by the environment's python,
     which imports the installed module; probes run under the installed launcher, replay() finds
@@ -191,6 +192,18 @@ def scenario_disabled(opts):
         check_not_active(v, 'preloaded with CCI_DISABLE=1')
 
 
+def scenario_older_library(opts):
+    # tests/python/older_api.c: the API of a library whose cci_stats ends at device_capacity.
+    v = probe(opts, {'LD_PRELOAD': opts.older_api}, 'absent')
+    if not v:
+        return
+    s = v['stats']
+    check(s.get('allocated_bytes.all.current') == 12345 and s.get('device_capacity') == 1 << 20,
+          'an older library: the fields it filled', s)
+    newer = [k for k in s if k.startswith(('num_fence_', 'fence_', 'vmm_'))]
+    check(not newer, 'an older library: the fields it never filled are left out, not 0', newer)
+
+
 def header_fields(header):
     """cci_stats's fields as (name, count of int64-sized words) in order, and CCI_STATS_VERSION."""
     text = open(header).read()
@@ -221,7 +234,8 @@ def scenario_layout(opts):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--scenario', required=True, choices=['active', 'absent', 'disabled', 'layout'])
+    ap.add_argument('--scenario', required=True,
+                    choices=['active', 'absent', 'disabled', 'older-library', 'layout'])
     ap.add_argument('--installed', action='store_true', help='check the module this python imports')
     ap.add_argument('--launcher', help='the installed ccinterpose (with --installed)')
     ap.add_argument('--source', help='the folder holding the package ccinterpose (the source tree)')
@@ -229,6 +243,7 @@ def main():
     ap.add_argument('--fake-libdir')
     ap.add_argument('--ccreplay-dir')
     ap.add_argument('--other-preload')
+    ap.add_argument('--older-api')
     ap.add_argument('--header')
     opts = ap.parse_args()
     if opts.installed:
@@ -241,7 +256,7 @@ def main():
     else:
         sys.path.insert(0, opts.source)
     {'active': scenario_active, 'absent': scenario_absent, 'disabled': scenario_disabled,
-     'layout': scenario_layout}[opts.scenario](opts)
+     'older-library': scenario_older_library, 'layout': scenario_layout}[opts.scenario](opts)
     return 1 if failed else 0
 
 
