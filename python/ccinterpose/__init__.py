@@ -105,7 +105,7 @@ def memory_summary():
     try:
         # The library expands %p, %r, %h in a report path: a literal % must be doubled.
         if api['cci_dump_report'](os.fsencode(path.replace('%', '%%'))) != 0:
-            return NOT_ACTIVE
+            return f'libccinterpose could not write its report to {path} (its reason is on stderr)\n'
         with open(path, encoding='utf-8', errors='replace') as f:
             return f.read()
     finally:

@@ -76,8 +76,13 @@ def check_not_active(v, what):
 def scenario_active(opts):
     import ccinterpose
     with tempfile.TemporaryDirectory() as tmp:
+        # memory_summary()'s temporary file lands in a folder whose name the library would
+        # expand (%p) unless the module doubles the '%'.
+        odd_tmp = os.path.join(tmp, 'tmp%p')
+        os.mkdir(odd_tmp)
         v = probe(opts, {'LD_PRELOAD': opts.preload, 'CCI_ALLOC_CONF': 'max_split_size_mb:64',
-                         'CCI_TRACE': os.path.join(tmp, 'run-%p.trace')},
+                         'CCI_TRACE': os.path.join(tmp, 'run-%p.trace'), 'TMPDIR': odd_tmp,
+                         'PROBE_TMP': tmp},
                   'allocate', '--child', CHILD, LARGE, SMALL, TOO_BIG)
         if v is None:
             return
@@ -115,7 +120,7 @@ def scenario_active(opts):
         # The report the module writes is this process's, and its figures are the same data.
         rep = v['report'] or {}
         check(v['dumped'] is True and rep.get('process', {}).get('pid') == v['pid'],
-              'dump_report(path.json): this process\'s report', rep.get('process'))
+              'dump_report(\'report-%p.json\'): this process\'s report, %p its pid', rep.get('process'))
         dev = (rep.get('devices') or [{}])[0]
         report_figures = dict(dev.get('stats', {}))
         for group in ('counters', 'costs', 'process_costs'):
@@ -130,7 +135,8 @@ def scenario_active(opts):
         diff = {k: (s[k], report_figures.get(k)) for k in steady if s[k] != report_figures.get(k)}
         check(not diff, 'memory_stats() and the report agree on every allocator figure', diff)
         check(f'pid {v["pid"]},' in v['summary'] and 'memory summary, device ID 0' in v['summary'],
-              'memory_summary(): the library\'s table, of this process', v['summary'][:400])
+              'memory_summary(): the library\'s table, of this process (TMPDIR holding a %)',
+              v['summary'][:400])
         check('max_split_size_mb:64' in v['config'], 'config_string(): the effective configuration', v['config'])
         check(v['bad_arguments'] == {"'cuda:0'": 'TypeError', '-1': 'ValueError', 'True': 'TypeError',
                                      '1.5': 'TypeError'},

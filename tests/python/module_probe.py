@@ -33,9 +33,11 @@ def view(extra=None):
     out = {'pid': os.getpid(), 'active': ccinterpose.is_active(),
            'stats': ccinterpose.memory_stats(), 'config': ccinterpose.config_string(),
            'summary': ccinterpose.memory_summary()}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'report.json')
-        out['dumped'] = ccinterpose.dump_report(path)
+    # $PROBE_TMP: a plain folder for our files, where TMPDIR may hold a '%' for the module's.
+    with tempfile.TemporaryDirectory(dir=os.environ.get('PROBE_TMP')) as tmp:
+        # %p in the path is this process's pid, as the library expands it for CCI_REPORT.
+        out['dumped'] = ccinterpose.dump_report(os.path.join(tmp, 'report-%p.json'))
+        path = os.path.join(tmp, f'report-{os.getpid()}.json')
         out['report'] = json.load(open(path)) if os.path.exists(path) else None
     out.update(extra or {})
     return out
