@@ -20,7 +20,8 @@ import tempfile
 from . import _binding
 
 __all__ = ['is_active', 'memory_stats', 'memory_summary', 'empty_cache', 'dump_report',
-           'config_string', 'replay', 'ReplayError', 'library_path', 'NOT_ACTIVE']
+           'config_string', 'replay', 'ReplayError', 'library_path', 'loaded_library',
+           'use_as_torch_allocator', 'NOT_ACTIVE']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _UINT64_MAX = (1 << 64) - 1
@@ -144,6 +145,40 @@ def library_path():
     """The libccinterpose.so installed with this package, for LD_PRELOAD; None in a checkout."""
     path = os.path.join(_HERE, 'libccinterpose.so')
     return path if os.path.isfile(path) else None
+
+
+def loaded_library():
+    """The path of the libccinterpose.so preloaded into this process (from /proc/self/maps);
+    None when none is loaded or the preload is not active."""
+    if not is_active():
+        return None
+    try:
+        with open('/proc/self/maps') as maps:
+            for line in maps:
+                fields = line.split(None, 5)  # the sixth, the path, is absent for anonymous maps
+                path = fields[5].strip() if len(fields) == 6 else ''
+                if os.path.basename(path) == 'libccinterpose.so':
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def use_as_torch_allocator():
+    """Makes PyTorch allocate through the preload's pluggable-allocator entry points, which get
+    the stream of every allocation and free: frees are then stream-ordered, not fenced against
+    every stream (docs/reuse-modes.md, "Stream knowledge from PyTorch"). Call it before PyTorch's
+    first CUDA allocation, in a process under the preload, without
+    PYTORCH_NO_CUDA_MEMORY_CACHING. Tensor.record_stream reaches no pluggable allocator: code
+    relying on it should keep the default. Returns False (and changes nothing) when the preload
+    is not active; PyTorch's own error when it is too late to change the allocator."""
+    lib = loaded_library()
+    if not lib:
+        return False
+    import torch  # only here: the module itself needs no PyTorch
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, 'cci_torch_alloc', 'cci_torch_free')
+    torch.cuda.memory.change_current_allocator(alloc)
+    return True
 
 
 def _installed_program(name):

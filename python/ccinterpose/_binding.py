@@ -12,7 +12,7 @@ import functools
 # Must match CCI_STATS_VERSION and the field order of `cci_stats` in include/ccinterpose.h (the
 # 'python' test suite compares them). The library copies min(our size, its size) bytes, so an
 # older or newer library still fills what both know.
-STATS_VERSION = 4
+STATS_VERSION = 5
 POOLS = ('all', 'small_pool', 'large_pool')
 POOLED_STATS = ('allocation', 'segment', 'active', 'inactive_split', 'allocated_bytes',
                 'reserved_bytes', 'active_bytes', 'inactive_split_bytes', 'requested_bytes')
@@ -37,6 +37,8 @@ COUNTERS = (
     'vmm_create_calls', 'vmm_create_ns', 'vmm_map_calls', 'vmm_map_ns',
     'vmm_set_access_calls', 'vmm_set_access_ns', 'vmm_unmap_calls', 'vmm_unmap_ns',
     'vmm_release_calls', 'vmm_release_ns',
+    # version 5: the fence budget (fence_slack_mb)
+    'num_fence_slack_grows', 'fence_slack_bytes',
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 

@@ -88,6 +88,8 @@ def scenario_active(opts):
             return
         s = v['stats']
         check(v['active'] is True, 'under the preload: is_active() is True')
+        check(v['loaded_library'] and os.path.samefile(v['loaded_library'], opts.preload),
+              'loaded_library() names the preloaded library (for use_as_torch_allocator)', v['loaded_library'])
         check(v['malloc_codes'][:2] == [0, 0] and v['malloc_codes'][2] != 0,
               'the fake cudart served two allocations and refused the one past its capacity', v['malloc_codes'])
         # The process's own figures, with PyTorch's names and rounding.
@@ -177,6 +179,8 @@ def scenario_absent(opts):
         check_not_active(v, 'no preload')
         check(v['empty_cache'] is False and v['dump_stderr'] is False,
               'no preload: empty_cache() and dump_report() are False')
+        check(v['loaded_library'] is None and v['torch_allocator'] is False and not v['torch_imported'],
+              'no preload: no loaded library, use_as_torch_allocator() is False without importing torch', v)
     v = probe(opts, {'LD_PRELOAD': opts.other_preload}, 'absent')
     if v:
         check_not_active(v, 'another library preloaded')

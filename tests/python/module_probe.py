@@ -32,7 +32,7 @@ def view(extra=None):
     """What the module answers now, plus the report it writes (JSON) and its summary text."""
     out = {'pid': os.getpid(), 'active': ccinterpose.is_active(),
            'stats': ccinterpose.memory_stats(), 'config': ccinterpose.config_string(),
-           'summary': ccinterpose.memory_summary()}
+           'summary': ccinterpose.memory_summary(), 'loaded_library': ccinterpose.loaded_library()}
     # $PROBE_TMP: a plain folder for our files, where TMPDIR may hold a '%' for the module's.
     with tempfile.TemporaryDirectory(dir=os.environ.get('PROBE_TMP')) as tmp:
         # %p in the path is this process's pid, as the library expands it for CCI_REPORT.
@@ -58,8 +58,11 @@ def bad_arguments():
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == 'absent':
+        # Not active: the allocator is left alone, and PyTorch is not even imported.
         print(json.dumps(view({'empty_cache': ccinterpose.empty_cache(),
-                               'dump_stderr': ccinterpose.dump_report()})))
+                               'dump_stderr': ccinterpose.dump_report(),
+                               'torch_allocator': ccinterpose.use_as_torch_allocator(),
+                               'torch_imported': 'torch' in sys.modules})))
         return 0
     child = None
     if args[:1] == ['--child']:
