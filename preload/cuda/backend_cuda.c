@@ -33,6 +33,7 @@ static cci_backend_ops cuda_ops = {
     .caps = CCI_CAP_FENCES,
     .fence = &cci_cuda_fence_ops,
     .costs = cuda_costs,
+    .available = cci_cuda_available,
 };
 
 // The optional groups depend on what the loaded driver offers: decided once, before the first

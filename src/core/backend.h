@@ -155,6 +155,10 @@ typedef struct cci_backend_ops {
     /// so it also answers after the device is gone (exit). A figure the backend cannot tell per
     /// device (the list marks it CCI_COST_PROCESS) is its figure for the whole process.
     void (*costs)(void *ctx, int device, struct cci_stats *out);
+    /// Optional (NULL: never predicted): the bytes the device could still hand out now, as its
+    /// driver tells, for throw_on_cudamalloc_oom's prediction; SIZE_MAX when it cannot tell.
+    /// Called with the allocator lock held, only when that key is set and a segment is wanted.
+    size_t (*available)(void *ctx, int device);
 } cci_backend_ops;
 
 typedef struct cci_backend {

@@ -28,6 +28,8 @@ typedef struct cci_config {
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
     int intercept_level;             ///< our key: CCI_LEVEL_* bits, never 0; default CCI_LEVEL_BOTH
+    size_t large_segment_size;       ///< segment for 1-10 MiB requests; default 20 MiB (PyTorch's kLargeBuffer)
+    int throw_on_cudamalloc_oom;     ///< refuse a new segment the device is predicted to lack, without asking it
 } cci_config;
 
 void cci_config_default(cci_config *c);
