@@ -62,4 +62,17 @@ typedef struct CUipcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } CUipcMe
 typedef uint64_t cuuint64_t;
 typedef int CUdriverProcAddressQueryResult;  // 0 found, 1 no such symbol, 2 version too old
 
+// Pitched and 3-D allocations (cudaMallocPitch, cudaMalloc3D, cuMemAllocPitch_v2).
+struct cudaPitchedPtr {
+    void *ptr;
+    size_t pitch;
+    size_t xsize;
+    size_t ysize;
+};
+struct cudaExtent {
+    size_t width;  // bytes, for linear memory
+    size_t height;
+    size_t depth;
+};
+
 #endif

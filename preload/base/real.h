@@ -78,7 +78,9 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
       (s, g, deps, edata, ndeps, m))                                                         \
     X(cudaStreamEndCapture, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))              \
     X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))        \
-    CCI_REAL_RUNTIME_STREAMS(X)
+    CCI_REAL_RUNTIME_STREAMS(X)                                                              \
+    X(cudaMallocPitch, OPTIONAL, (void **p, size_t *pitch, size_t w, size_t h), (p, pitch, w, h)) \
+    X(cudaMalloc3D, OPTIONAL, (struct cudaPitchedPtr * pp, struct cudaExtent e), (pp, e))
 
 typedef struct cci_real_runtime {
 #define CCI_X(name, need, params, args) cudaError_t(*name) params;
@@ -187,7 +189,10 @@ typedef struct CUevent_st *CUevent;
       (const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,                   \
        CUdriverProcAddressQueryResult *status),                                              \
       (symbol, pfn, cuda_version, flags, status))                                            \
-    CCI_REAL_DRIVER_WRAPPED_STREAMS(X)
+    CCI_REAL_DRIVER_WRAPPED_STREAMS(X)                                                       \
+    X(cuMemAllocPitch_v2, OPTIONAL,                                                          \
+      (CUdeviceptr * dptr, size_t * pitch, size_t w, size_t h, unsigned elem),               \
+      (dptr, pitch, w, h, elem))
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \

@@ -36,4 +36,7 @@ CCI_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsig
 CCI_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream);
 CCI_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
 
+CCI_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+CCI_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
+
 #endif

@@ -702,9 +702,10 @@ FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     ENTER();
     if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
         return CUDA_ERROR_INVALID_VALUE;
-    if (WidthInBytes == 0 || Height == 0 || WidthInBytes > SIZE_MAX - 511)
+    size_t align = fake_texture_alignment();
+    if (WidthInBytes == 0 || Height == 0 || WidthInBytes > SIZE_MAX - (align - 1))
         return CUDA_ERROR_INVALID_VALUE;
-    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    size_t pitch = (WidthInBytes + align - 1) & ~(align - 1);
     if (Height > SIZE_MAX / pitch)
         return CUDA_ERROR_OUT_OF_MEMORY;
     int dev;

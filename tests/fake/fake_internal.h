@@ -201,6 +201,8 @@ extern pthread_key_t g_ptds_key;
 extern atomic_int g_inited;
 extern atomic_int g_deinit;
 extern int g_ndev;
+/* The pitch alignment of cuMemAllocPitch_v2 (fake_shapes.c). */
+size_t fake_texture_alignment(void);
 extern struct device g_dev[FC_MAX_DEVICES];
 extern struct CUctx_st *g_created_ctxs;
 extern struct CUstream_st *g_all_streams;

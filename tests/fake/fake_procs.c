@@ -42,6 +42,7 @@ static const struct proc_entry k_procs[] = {
     P("cuMemFree", 3020, cuMemFree_v2),
     P("cuMemAllocManaged", 6000, cuMemAllocManaged),
     P("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    P("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
     PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),

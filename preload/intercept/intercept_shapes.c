@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// Pitched and 3-D allocations (intercept_shapes.h). Each call is served only when its arguments
+// are ones CUDA would accept and the pitch is known; anything else goes to CUDA's own entry
+// point, so bad arguments get CUDA's exact codes and zero sizes CUDA's exact answers (the runtime
+// answers success with a NULL pointer and pitch 0, the driver CUDA_ERROR_INVALID_VALUE).
+#include "intercept_shapes.h"
+
+#include "forwarding.h"
+#include "intercept_driver.h"
+#include "intercept_runtime.h"
+#include "levels.h"
+#include "real.h"
+#include "serve_shapes.h"
+
+// The block of a served pitched allocation comes from the plain path of the same level, which
+// makes the remaining decisions (capture, which allocator, out of memory) as for cudaMalloc.
+static cudaError_t runtime_pitched(void **p, size_t *pitch, size_t width, size_t rows)
+{
+    int device;
+    size_t bytes, pt = 0;
+    if (!p || !pitch || !cci_pl_serving(CCI_LEVEL_RUNTIME) || cci_real_rt()->cudaGetDevice(&device) != cudaSuccess ||
+        (bytes = cci_serve_pitched_bytes(device, width, rows, &pt)) == 0)
+        return (cudaError_t)-1;
+    cudaError_t rc = cci_pl_malloc(p, bytes);
+    if (rc == cudaSuccess)
+        *pitch = pt;
+    return rc;
+}
+
+cudaError_t cci_pl_malloc_pitch(void **p, size_t *pitch, size_t width, size_t height)
+{
+    cudaError_t rc = runtime_pitched(p, pitch, width, height);
+    return rc != (cudaError_t)-1 ? rc : cci_real_rt()->cudaMallocPitch(p, pitch, width, height);
+}
+
+cudaError_t cci_pl_malloc_3d(struct cudaPitchedPtr *pp, struct cudaExtent extent)
+{
+    void *ptr;
+    size_t pitch;
+    cudaError_t rc = (cudaError_t)-1;
+    if (pp && extent.depth != 0 && extent.height <= SIZE_MAX / extent.depth)
+        rc = runtime_pitched(&ptr, &pitch, extent.width, extent.height * extent.depth);
+    if (rc == (cudaError_t)-1)
+        return cci_real_rt()->cudaMalloc3D(pp, extent);
+    if (rc == cudaSuccess)
+        *pp = (struct cudaPitchedPtr){.ptr = ptr, .pitch = pitch, .xsize = extent.width, .ysize = extent.height};
+    return rc;
+}
+
+CUresult cci_pl_cu_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                   unsigned element_size)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    CUdevice device;
+    size_t bytes, pt = 0;
+    // The driver accepts element sizes 4, 8 and 16 only; they change nothing in the pitch.
+    int valid = dptr && pitch && (element_size == 4 || element_size == 8 || element_size == 16);
+    if (valid && !cci_pl_forwarding() && cci_pl_serving(CCI_LEVEL_DRIVER) && drv->cuCtxGetDevice &&
+        drv->cuCtxGetDevice(&device) == CUDA_SUCCESS &&
+        (bytes = cci_serve_pitched_bytes(device, width, height, &pt)) != 0) {
+        CUresult rc = cci_pl_cu_mem_alloc(dptr, bytes);
+        if (rc == CUDA_SUCCESS)
+            *pitch = pt;
+        return rc;
+    }
+    if (!drv->cuMemAllocPitch_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return drv->cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
+}

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+// Pitched and 3-D allocations (serve_shapes.h). The pitch is computed here, once, for both
+// levels; the memory is an ordinary block of pitch x rows bytes, freed through cudaFree or
+// cuMemFree_v2 like any other.
+#include "serve_shapes.h"
+
+#include <stdint.h>
+
+#include "device_attrs.h"
+
+size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pitch)
+{
+    if (width == 0 || rows == 0)
+        return 0;
+    size_t align = cci_cuda_pitch_alignment(device);
+    if (align == 0 || width > SIZE_MAX - (align - 1))
+        return 0;
+    size_t p = (width + align - 1) & ~(align - 1);
+    if (rows > SIZE_MAX / p)
+        return 0;
+    *pitch = p;
+    return p * rows;
+}

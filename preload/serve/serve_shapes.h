@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: MIT
+// The shapes of allocations other than a plain byte count, decided once for both API levels:
+// pitched (cudaMallocPitch, cuMemAllocPitch_v2) and 3-D (cudaMalloc3D) linear memory.
+#ifndef CCI_PRELOAD_SERVE_SHAPES_H
+#define CCI_PRELOAD_SERVE_SHAPES_H
+
+#include <stddef.h>
+
+/// The bytes of a pitched allocation of `rows` rows of `width` bytes on `device`, with the pitch
+/// the driver would choose written to *pitch (width rounded up to the device's pitch alignment).
+/// The block is then served like any allocation of that many bytes. 0 when the call must go to
+/// CUDA as it is: no width or rows (CUDA's own answer for those), the alignment unknown, or a
+/// size that overflows.
+size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pitch);
+
+#endif
