@@ -30,8 +30,8 @@ extern "C" {
 #endif
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
-   4: the driver calls' costs appended (fence_* and vmm_*). */
-#define CCI_STATS_VERSION 4
+   4: the driver calls' costs appended (fence_* and vmm_*). 5: managed memory appended. */
+#define CCI_STATS_VERSION 5
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -121,6 +121,11 @@ typedef struct cci_stats {
     uint64_t vmm_unmap_ns;
     uint64_t vmm_release_calls;    /**< cuMemRelease */
     uint64_t vmm_release_ns;
+    /* Version 5: managed memory (cudaMallocManaged, cuMemAllocManaged), which is never cached:
+       passed to CUDA and counted here (ours alone; PyTorch has no such keys). Counted by the
+       device backend, so reset_peak_stats does not touch these peaks. */
+    cci_stat managed_allocations;  /**< live managed allocations */
+    cci_stat managed_bytes;        /**< their bytes, as requested */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

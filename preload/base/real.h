@@ -80,7 +80,8 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))        \
     CCI_REAL_RUNTIME_STREAMS(X)                                                              \
     X(cudaMallocPitch, OPTIONAL, (void **p, size_t *pitch, size_t w, size_t h), (p, pitch, w, h)) \
-    X(cudaMalloc3D, OPTIONAL, (struct cudaPitchedPtr * pp, struct cudaExtent e), (pp, e))
+    X(cudaMalloc3D, OPTIONAL, (struct cudaPitchedPtr * pp, struct cudaExtent e), (pp, e))       \
+    X(cudaMallocManaged, OPTIONAL, (void **p, size_t size, unsigned flags), (p, size, flags))
 
 typedef struct cci_real_runtime {
 #define CCI_X(name, need, params, args) cudaError_t(*name) params;
@@ -192,7 +193,9 @@ typedef struct CUevent_st *CUevent;
     CCI_REAL_DRIVER_WRAPPED_STREAMS(X)                                                       \
     X(cuMemAllocPitch_v2, OPTIONAL,                                                          \
       (CUdeviceptr * dptr, size_t * pitch, size_t w, size_t h, unsigned elem),               \
-      (dptr, pitch, w, h, elem))
+      (dptr, pitch, w, h, elem))                                                             \
+    X(cuMemAllocManaged, OPTIONAL, (CUdeviceptr * dptr, size_t size, unsigned flags),         \
+      (dptr, size, flags))
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \

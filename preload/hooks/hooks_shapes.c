@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Pitched and 3-D allocation entry points, runtime and driver: forwarders only (the logic is in
-// intercept/intercept_shapes.c). cuMemAllocPitch_v2 is also what our dlsym and cuGetProcAddress
-// hand out for the driver's own (resolver.c, from real.h's list of wrapped functions).
+// Pitched and 3-D allocation and managed memory entry points, runtime and driver: forwarders only (the logic is in
+// intercept/intercept_shapes.c). cuMemAllocPitch_v2 and cuMemAllocManaged are also what our dlsym and cuGetProcAddress
+// hand out for the driver's own functions (resolver.c, from real.h's list of wrapped functions).
 #include "hooks.h"
 #include "hooks_driver.h"
 #include "intercept_shapes.h"
@@ -20,4 +20,14 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
                             unsigned int ElementSizeBytes)
 {
     return cci_pl_cu_mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+}
+
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    return cci_pl_malloc_managed(devPtr, size, flags);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    return cci_pl_cu_mem_alloc_managed(dptr, bytesize, flags);
 }

@@ -16,6 +16,7 @@
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
+#include "serve_shapes.h"
 #include "state.h"
 #include "stream_rule.h"
 #include "streams.h"
@@ -213,7 +214,10 @@ CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
         if (rc >= 0)
             return rc;
     }
-    return real_mem_free(dptr);
+    CUresult rc = real_mem_free(dptr);
+    if (rc == CUDA_SUCCESS)
+        cci_serve_passed_free((uintptr_t)dptr);  // managed memory's counts (serve_shapes.h)
+    return rc;
 }
 
 // The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream

@@ -17,6 +17,7 @@
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
+#include "serve_shapes.h"
 #include "state.h"
 #include "stream_rule.h"
 #include "streams.h"
@@ -211,8 +212,8 @@ cudaError_t cci_pl_free(void *p)
     if (p)
         rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
                                                       CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
-    if (rc < 0)
-        rc = cci_real_rt()->cudaFree(p);
+    if (rc < 0 && (rc = cci_real_rt()->cudaFree(p)) == cudaSuccess)
+        cci_serve_passed_free((uintptr_t)p);  // managed memory's counts (serve_shapes.h)
     cci_pl_forwarding_end();
     return rc;
 }

@@ -67,3 +67,33 @@ CUresult cci_pl_cu_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t widt
         return CUDA_ERROR_NOT_INITIALIZED;
     return drv->cuMemAllocPitch_v2(dptr, pitch, width, height, element_size);
 }
+
+// Managed memory is never served: it must stay migratable between host and device, which our
+// segments are not. The runtime call runs marked as forwarding, so the driver call it makes is
+// not counted a second time by the driver level.
+cudaError_t cci_pl_malloc_managed(void **p, size_t size, unsigned flags)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    if (!cci_pl_serving(CCI_LEVEL_RUNTIME))
+        return rt->cudaMallocManaged(p, size, flags);
+    cci_pl_forwarding_begin();
+    cudaError_t rc = rt->cudaMallocManaged(p, size, flags);
+    int device;
+    if (rc == cudaSuccess && p && *p && rt->cudaGetDevice(&device) == cudaSuccess)
+        cci_serve_passed_managed(device, (uintptr_t)*p, size);
+    cci_pl_forwarding_end();
+    return rc;
+}
+
+CUresult cci_pl_cu_mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    if (!drv->cuMemAllocManaged)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = drv->cuMemAllocManaged(dptr, size, flags);
+    CUdevice device;
+    if (rc == CUDA_SUCCESS && !cci_pl_forwarding() && cci_pl_serving(CCI_LEVEL_DRIVER) && drv->cuCtxGetDevice &&
+        drv->cuCtxGetDevice(&device) == CUDA_SUCCESS)
+        cci_serve_passed_managed(device, (uintptr_t)*dptr, size);
+    return rc;
+}

@@ -11,4 +11,8 @@ cudaError_t cci_pl_malloc_3d(struct cudaPitchedPtr *pp, struct cudaExtent extent
 CUresult cci_pl_cu_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                    unsigned element_size);
 
+/// Managed memory: always CUDA's, counted when it succeeds.
+cudaError_t cci_pl_malloc_managed(void **p, size_t size, unsigned flags);
+CUresult cci_pl_cu_mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags);
+
 #endif

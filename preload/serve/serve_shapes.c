@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Pitched and 3-D allocations (serve_shapes.h). The pitch is computed here, once, for both
+// Pitched and 3-D allocations, and managed memory (serve_shapes.h). The pitch is computed here, once, for both
 // levels; the memory is an ordinary block of pitch x rows bytes, freed through cudaFree or
 // cuMemFree_v2 like any other.
 #include "serve_shapes.h"
@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "device_attrs.h"
+#include "outside.h"
 
 size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pitch)
 {
@@ -20,4 +21,14 @@ size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pi
         return 0;
     *pitch = p;
     return p * rows;
+}
+
+void cci_serve_passed_managed(int device, uintptr_t addr, size_t bytes)
+{
+    cci_outside_note_managed(device, addr, bytes);
+}
+
+void cci_serve_passed_free(uintptr_t addr)
+{
+    cci_outside_forget(addr);
 }

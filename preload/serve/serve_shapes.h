@@ -5,6 +5,7 @@
 #define CCI_PRELOAD_SERVE_SHAPES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /// The bytes of a pitched allocation of `rows` rows of `width` bytes on `device`, with the pitch
 /// the driver would choose written to *pitch (width rounded up to the device's pitch alignment).
@@ -12,5 +13,11 @@
 /// CUDA as it is: no width or rows (CUDA's own answer for those), the alignment unknown, or a
 /// size that overflows.
 size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pitch);
+
+/// Managed memory is never cached: CUDA made it (cudaMallocManaged, cuMemAllocManaged) and it is
+/// only counted, on `device`, for the statistics (managed_allocations, managed_bytes).
+void cci_serve_passed_managed(int device, uintptr_t addr, size_t bytes);
+/// CUDA's own free of `addr` succeeded (a pointer not ours): managed memory's counts follow it.
+void cci_serve_passed_free(uintptr_t addr);
 
 #endif
