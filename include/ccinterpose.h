@@ -30,8 +30,9 @@ extern "C" {
 #endif
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
-   4: the driver calls' costs appended (fence_* and vmm_*). 5: managed memory appended. */
-#define CCI_STATS_VERSION 5
+   4: the driver calls' costs appended (fence_* and vmm_*). 5: managed memory appended.
+   6: allocations from other memory pools appended. */
+#define CCI_STATS_VERSION 6
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -126,6 +127,16 @@ typedef struct cci_stats {
        device backend, so reset_peak_stats does not touch these peaks. */
     cci_stat managed_allocations;  /**< live managed allocations */
     cci_stat managed_bytes;        /**< their bytes, as requested */
+    /* Version 6: allocations from memory pools other than the device's default pool
+       (cudaMallocFromPoolAsync, cuMemAllocFromPoolAsync), passed to CUDA and counted like managed
+       memory, and those pools' own figures (cudaMemPoolGetAttribute), summed over the pools the
+       program allocated from on this device, as last read (after each such allocation or free). */
+    cci_stat pool_allocations;     /**< live allocations from other pools */
+    cci_stat pool_bytes;           /**< their bytes, as requested */
+    uint64_t pool_reserved_bytes;  /**< the pools' ReservedMemCurrent */
+    uint64_t pool_reserved_high;   /**< the pools' ReservedMemHigh */
+    uint64_t pool_used_bytes;      /**< the pools' UsedMemCurrent */
+    uint64_t pool_used_high;       /**< the pools' UsedMemHigh */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -32,3 +32,22 @@ size_t cci_cuda_pitch_alignment(int device)
     atomic_store_explicit(&pitch_alignment[device], (size_t)value, memory_order_relaxed);
     return (size_t)value;
 }
+
+static _Atomic(void *) default_pool[CCI_PL_MAX_DEVICES];
+
+void *cci_cuda_default_pool(int device)
+{
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return NULL;
+    void *p = atomic_load_explicit(&default_pool[device], memory_order_relaxed);
+    if (p)
+        return p;
+    const cci_real_driver *drv = cci_real_drv();
+    CUdevice dev;
+    CUmemoryPool pool = NULL;
+    if (!drv->cuDeviceGetDefaultMemPool || drv->cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+        drv->cuDeviceGetDefaultMemPool(&pool, dev) != CUDA_SUCCESS)
+        return NULL;
+    atomic_store_explicit(&default_pool[device], (void *)pool, memory_order_relaxed);
+    return pool;
+}

@@ -12,4 +12,8 @@
 /// the call to CUDA). Cached per device after the first answer.
 size_t cci_cuda_pitch_alignment(int device);
 
+/// The device's default memory pool (cuDeviceGetDefaultMemPool, the pool cudaMallocAsync draws
+/// from unless the program set another), NULL when the driver cannot tell. Cached per device.
+void *cci_cuda_default_pool(int device);
+
 #endif

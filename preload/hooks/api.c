@@ -34,6 +34,7 @@ CCI_EXPORT int cci_get_stats(int device, cci_stats *out)
     if (!a && !device_exists(device))
         return -1;
     cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+    cci_outside_refresh(device);
     if (a)
         cci_alloc_stats(a, &s);
     else  // no pools yet, but CUDA may have handed out managed memory on the device

@@ -39,5 +39,6 @@ CCI_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int f
 CCI_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
 CCI_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
 CCI_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+CCI_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
 
 #endif

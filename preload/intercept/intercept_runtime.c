@@ -263,8 +263,8 @@ static inline __attribute__((always_inline)) cudaError_t free_async(void *p, cud
             CCI_LEVEL_RUNTIME, ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", (uintptr_t)p,
             cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));
     }
-    if (rc < 0)
-        rc = real_free_async(ptsz)(p, s);
+    if (rc < 0 && (rc = real_free_async(ptsz)(p, s)) == cudaSuccess)
+        cci_serve_passed_free((uintptr_t)p);  // another pool's memory (serve_shapes.h)
     cci_pl_forwarding_end();
     return rc;
 }
@@ -366,4 +366,10 @@ cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags)
         cci_serve_peer_enabled(dev, peer);
     cci_pl_forwarding_end();
     return rc;
+}
+
+int cci_pl_runtime_stream_device(cudaStream_t s)
+{
+    int device;
+    return stream_device(s, &device) == 0 ? device : -1;
 }

@@ -97,3 +97,50 @@ CUresult cci_pl_cu_mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned fl
         cci_serve_passed_managed(device, (uintptr_t)*dptr, size);
     return rc;
 }
+
+// The device a pool's allocation is counted on: where CUDA put it (the pointer's device), else
+// the stream's.
+static int pointer_device(uintptr_t addr, int fallback)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    int device = -1;
+    if (drv->cuPointerGetAttribute &&
+        drv->cuPointerGetAttribute(&device, CCI_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)addr) == CUDA_SUCCESS)
+        return device;
+    return fallback;
+}
+
+cudaError_t cci_pl_malloc_from_pool_async(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    if (!cci_pl_serving(CCI_LEVEL_RUNTIME))
+        return rt->cudaMallocFromPoolAsync(p, size, pool, s);
+    int device = cci_pl_runtime_stream_device(s);
+    if (p && size && device >= 0 && cci_serve_pool_is_default(device, pool))
+        return cci_pl_malloc_async(p, size, s);
+    cci_pl_forwarding_begin();
+    cudaError_t rc = rt->cudaMallocFromPoolAsync(p, size, pool, s);
+    if (rc == cudaSuccess && p && *p)
+        cci_serve_passed_pool(pointer_device((uintptr_t)*p, device), (uintptr_t)*p, size, pool);
+    cci_pl_forwarding_end();
+    return rc;
+}
+
+CUresult cci_pl_cu_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
+                                             int ptsz)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    CUresult (*real)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        ptsz ? drv->cuMemAllocFromPoolAsync_ptsz : drv->cuMemAllocFromPoolAsync;
+    if (!real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (cci_pl_forwarding() || !cci_pl_serving(CCI_LEVEL_DRIVER))
+        return real(dptr, size, pool, s);
+    int device = cci_pl_driver_stream_device(s);
+    if (dptr && size && device >= 0 && cci_serve_pool_is_default(device, pool))
+        return ptsz ? cci_pl_cu_mem_alloc_async_ptsz(dptr, size, s) : cci_pl_cu_mem_alloc_async(dptr, size, s);
+    CUresult rc = real(dptr, size, pool, s);
+    if (rc == CUDA_SUCCESS)
+        cci_serve_passed_pool(pointer_device((uintptr_t)*dptr, device), (uintptr_t)*dptr, size, pool);
+    return rc;
+}

@@ -15,4 +15,10 @@ CUresult cci_pl_cu_mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t widt
 cudaError_t cci_pl_malloc_managed(void **p, size_t size, unsigned flags);
 CUresult cci_pl_cu_mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned flags);
 
+/// Allocations from a memory pool: the device's default pool is served like cudaMallocAsync,
+/// any other pool's are CUDA's and counted.
+cudaError_t cci_pl_malloc_from_pool_async(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+CUresult cci_pl_cu_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
+                                             int ptsz);
+
 #endif

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Pitched and 3-D allocations, and managed memory (serve_shapes.h). The pitch is computed here, once, for both
+// Pitched and 3-D allocations, managed memory and other pools' allocations (serve_shapes.h). The pitch is computed here, once, for both
 // levels; the memory is an ordinary block of pitch x rows bytes, freed through cudaFree or
 // cuMemFree_v2 like any other.
 #include "serve_shapes.h"
@@ -31,4 +31,14 @@ void cci_serve_passed_managed(int device, uintptr_t addr, size_t bytes)
 void cci_serve_passed_free(uintptr_t addr)
 {
     cci_outside_forget(addr);
+}
+
+int cci_serve_pool_is_default(int device, void *pool)
+{
+    return pool && pool == cci_cuda_default_pool(device);
+}
+
+void cci_serve_passed_pool(int device, uintptr_t addr, size_t bytes, void *pool)
+{
+    cci_outside_note_pool(device, addr, bytes, pool);
 }

@@ -17,6 +17,12 @@ size_t cci_serve_pitched_bytes(int device, size_t width, size_t rows, size_t *pi
 /// Managed memory is never cached: CUDA made it (cudaMallocManaged, cuMemAllocManaged) and it is
 /// only counted, on `device`, for the statistics (managed_allocations, managed_bytes).
 void cci_serve_passed_managed(int device, uintptr_t addr, size_t bytes);
+/// 1 when an allocation from `pool` on `device` is served like cudaMallocAsync: the pool is the
+/// device's default pool. Any other pool's allocations are CUDA's (the program chose that pool
+/// for its own properties: limits, sharing, access) and only counted.
+int cci_serve_pool_is_default(int device, void *pool);
+/// An allocation CUDA made from another pool, counted on `device` (-1: not counted).
+void cci_serve_passed_pool(int device, uintptr_t addr, size_t bytes, void *pool);
 /// CUDA's own free of `addr` succeeded (a pointer not ours): managed memory's counts follow it.
 void cci_serve_passed_free(uintptr_t addr);
 

@@ -158,7 +158,8 @@ static void layout(cci_sb *b, const cci_layout *l, int have)
     cci__sb_puts(b, l->nsegments ? "\n      ]" : "]");
 }
 
-// Memory handed out past the pools (managed memory), from the core's list (CCI_STAT_OUTSIDE).
+// Memory handed out past the pools (managed memory, other pools' allocations and those pools'
+// figures), from the core's lists (CCI_STAT_OUTSIDE, CCI_STAT_OUTSIDE_FIGURES).
 static void outside(cci_sb *b, const cci_stats *st)
 {
     cci__sb_puts(b, "{");
@@ -170,6 +171,9 @@ static void outside(cci_sb *b, const cci_stats *st)
     first = 0;
     CCI_STAT_OUTSIDE(OUTSIDE)
 #undef OUTSIDE
+#define FIGURE(field) cci__sb_printf(b, ", \"" #field "\": %llu", (unsigned long long)st->field);
+    CCI_STAT_OUTSIDE_FIGURES(FIGURE)
+#undef FIGURE
     cci__sb_puts(b, "}");
 }
 
