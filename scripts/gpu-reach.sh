@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# GPU check of pitched and 3-D allocations (docs/interception-levels.md):
+# GPU check of pitched, 3-D, managed and pool allocations (docs/interception-levels.md):
 #
 #   scripts/gpu-reach.sh        (logs and reach.txt under $CCI_GPU_OUT/reach/)
 #
 # 1. tests/gpu/reach_check.cu "results", built with -cudart shared and with the static cudart,
-#    natively and under the preload: the pitches, the error codes and the checksum of the data
-#    must be identical (a pitch the driver would not have chosen shows here first).
+#    natively and under the preload: the pitches, the error codes, a created pool's figures and the
+#    checksum of the data must be identical (a pitch the driver would not have chosen shows here
+#    first).
 # 2. "bench": ns per cudaMallocPitch/cudaFree pair and per cudaMalloc/cudaFree pair of the same
 #    bytes, natively and under the preload; a served pitched pair should cost about a plain
-#    served pair (one device-attribute answer cached per device, no driver call per pair).
+#    served pair (one device-attribute answer cached per device, no driver call per pair). The
+#    preloaded bench's exit line (CCI_LOG=info) counts the allocations served at each level.
 # Exit status 1 on a difference or a failed run.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
-// On a GPU, for scripts/gpu-reach.sh: pitched allocations through the runtime and the driver.
+// On a GPU, for scripts/gpu-reach.sh: pitched, managed and pool allocations through the runtime
+// and the driver.
 //   reach_check results  the pitch of cudaMallocPitch, cudaMalloc3D and cuMemAllocPitch_v2 for a
 //                        set of widths, the codes of bad arguments, and a checksum of a pattern
-//                        written with cudaMemset2D and read back with cudaMemcpy2D: the output
-//                        must be the same natively and under the preload.
+//                        written with cudaMemset2D and read back with cudaMemcpy2D, then managed
+//                        memory and allocations from the default and from a created memory pool
+//                        (codes, data, the created pool's figures): the output must be the same
+//                        natively and under the preload.
 //   reach_check bench N  ns per pair of N cudaMallocPitch/cudaFree pairs and of N cudaMalloc/
 //                        cudaFree pairs of the same bytes (one line each).
 #include <cuda.h>
@@ -59,6 +62,52 @@ static int results(void)
     CUdeviceptr d;
     printf("cuMemAllocPitch 0 x 3: rc %d\n", (int)cuMemAllocPitch(&d, &pitch, 0, 3, 4));
     printf("cuMemAllocPitch element 3: rc %d\n", (int)cuMemAllocPitch(&d, &pitch, 64, 3, 3));
+    // Managed memory (passed through): written by the host, read back.
+    unsigned char *m = NULL;
+    printf("cudaMallocManaged: rc %d\n", (int)cudaMallocManaged((void **)&m, 1 << 20, cudaMemAttachGlobal));
+    if (m) {
+        for (int k = 0; k < (1 << 20); k++)
+            m[k] = (unsigned char)(k * 7);
+        cudaMemset(m, 3, 4096);
+        cudaDeviceSynchronize();
+        for (int k = 0; k < (1 << 20); k++)
+            sum = sum * 31 + m[k];
+        printf("cudaFree(managed): rc %d\n", (int)cudaFree(m));
+    }
+    // Memory pools: the default one (served like cudaMallocAsync) and one of the program's own
+    // (passed through; its figures must read the same as natively).
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMemPool_t dflt, own;
+    cudaDeviceGetDefaultMemPool(&dflt, 0);
+    cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    printf("cudaMemPoolCreate: rc %d\n", (int)cudaMemPoolCreate(&own, &props));
+    void *a = NULL, *b = NULL;
+    printf("default pool: rc %d\n", (int)cudaMallocFromPoolAsync(&a, 3 << 20, dflt, s));
+    printf("own pool: rc %d\n", (int)cudaMallocFromPoolAsync(&b, 5 << 20, own, s));
+    cudaMemsetAsync(a, 1, 3 << 20, s);
+    cudaMemsetAsync(b, 2, 5 << 20, s);
+    cudaMemcpyAsync(host, a, 4096, cudaMemcpyDeviceToHost, s);
+    cudaMemcpyAsync(host + 4096, b, 4096, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    for (int k = 0; k < 8192; k++)
+        sum = sum * 31 + host[k];
+    unsigned long long used = 0;
+    cudaMemPoolGetAttribute(own, cudaMemPoolAttrUsedMemCurrent, &used);
+    printf("own pool used: %llu\n", used);
+    cudaFreeAsync(a, s);
+    cudaFreeAsync(b, s);
+    cudaStreamSynchronize(s);
+    cudaMemPoolGetAttribute(own, cudaMemPoolAttrUsedMemCurrent, &used);
+    printf("own pool used after the frees: %llu\n", used);
+    CUdeviceptr d;
+    printf("cuMemAllocFromPoolAsync(NULL pool): rc %d\n", (int)cuMemAllocFromPoolAsync(&d, 64, NULL, (CUstream)s));
+    cudaMemPoolDestroy(own);
+    cudaStreamDestroy(s);
     printf("checksum %llx\n", sum);
     free(host);
     return 0;
