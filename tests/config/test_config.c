@@ -10,120 +10,7 @@
 
 #include "config.h"
 
-#define MIB ((size_t)1 << 20)
-#define VAR "CCI_ALLOC_CONF"
-
-static int passed, failed;
-
-static void check(int ok, int line, const char *what)
-{
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        fprintf(stderr, "FAIL line %d: %s\n", line, what);
-    }
-}
-
-#define CHECK(cond) check(!!(cond), __LINE__, #cond)
-
-// ---- notice capture -------------------------------------------------------------------------
-
-#define MAX_WARN 16
-typedef struct warnings {
-    int n;
-    char line[MAX_WARN][600];
-} warnings;
-
-static void collect(const char *line, void *ud)
-{
-    warnings *w = ud;
-    if (w->n < MAX_WARN)
-        snprintf(w->line[w->n], sizeof w->line[0], "%s", line);
-    w->n++;
-}
-
-static char err[1024];
-static warnings warned;
-
-static int parse(cci_config *c, const char *s)
-{
-    memset(&warned, 0, sizeof warned);
-    memset(err, 'Z', sizeof err);
-    err[sizeof err - 1] = '\0';
-    return cci_config_parse(c, s, VAR, err, sizeof err, collect, &warned);
-}
-
-static int parse_fresh(cci_config *c, const char *s)
-{
-    cci_config_default(c);
-    return parse(c, s);
-}
-
-static int one_line(const char *s)
-{
-    for (; *s; s++)
-        if (*s == '\n' || *s == '\r' || (unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-            return 0;
-    return 1;
-}
-
-static int same_config(const cci_config *a, const cci_config *b)
-{
-    if (a->max_split_size != b->max_split_size || a->max_non_split_rounding != b->max_non_split_rounding ||
-        a->gc_threshold != b->gc_threshold || a->memory_fraction != b->memory_fraction ||
-        a->backend_async != b->backend_async || a->expandable_segments != b->expandable_segments ||
-        a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
-        a->immediate_reuse != b->immediate_reuse ||
-        a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free ||
-        a->intercept_level != b->intercept_level || a->compact_segments != b->compact_segments)
-        return 0;
-    for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
-        if (a->roundup_divisions[i] != b->roundup_divisions[i])
-            return 0;
-    return 1;
-}
-
-// A rejected string: -1, the configuration untouched, no notice, and one line that starts with
-// the variable's name and contains every given fragment (the key, usually, and the problem).
-static void expect_error_at(int line, const char *s, ...)
-{
-    cci_config c, before;
-    cci_config_default(&c);
-    c.max_split_size = 64 * MIB;  // not a default, so "untouched" means something
-    c.roundup_divisions[3] = 2;
-    before = c;
-    int rc = parse(&c, s);
-    char what[4096];
-    snprintf(what, sizeof what, "rejects \"%s\" (rc %d, message \"%s\")", s, rc, err);
-    check(rc == -1, line, what);
-    check(same_config(&c, &before), line, what);
-    check(warned.n == 0, line, what);
-    check(strncmp(err, VAR ": ", strlen(VAR) + 2) == 0, line, what);
-    check(one_line(err), line, what);
-    check(strlen(err) < sizeof err - 1, line, what);
-    check(strstr(err, "expected") != NULL, line, what);
-    va_list ap;
-    va_start(ap, s);
-    for (const char *frag; (frag = va_arg(ap, const char *)) != NULL;) {
-        char w2[4400];
-        snprintf(w2, sizeof w2, "%s: message lacks \"%s\"", what, frag);
-        check(strstr(err, frag) != NULL, line, w2);
-    }
-    va_end(ap);
-}
-
-#define EXPECT_ERROR(s, ...) expect_error_at(__LINE__, s, __VA_ARGS__, (const char *)NULL)
-
-static void expect_ok_at(int line, cci_config *c, const char *s)
-{
-    int rc = parse_fresh(c, s);
-    char what[4096];
-    snprintf(what, sizeof what, "accepts \"%s\" (rc %d, message \"%s\")", s, rc, err);
-    check(rc == 0 && err[0] == '\0', line, what);
-}
-
-#define EXPECT_OK(c, s) expect_ok_at(__LINE__, c, s)
+#include "config_harness.h"
 
 static int all_divisions(const cci_config *c, unsigned v)
 {
@@ -599,26 +486,6 @@ static void test_one_line(void)
     CHECK(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb", 42) == 0);
 }
 
-static void roundtrip_at(int line, const cci_config *c)
-{
-    char buf[1024];
-    int n = cci_config_format(c, buf, sizeof buf);
-    char what[4096];
-    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
-    check(n > 0 && (size_t)n == strlen(buf), line, what);
-    cci_config d;
-    cci_config_default(&d);
-    int rc = cci_config_parse(&d, buf, VAR, err, sizeof err, NULL, NULL);
-    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
-    check(rc == 0, line, what);
-    check(same_config(c, &d), line, what);
-    // Canonical: printing the parsed copy gives the very same string.
-    char again[1024];
-    cci_config_format(&d, again, sizeof again);
-    check(strcmp(buf, again) == 0, line, what);
-}
-
-#define ROUNDTRIP(c) roundtrip_at(__LINE__, c)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
@@ -758,63 +625,6 @@ static void test_intercept_level(void)
     CHECK(warned.n == 0);
 }
 
-// Random strings stitched from grammar pieces: the parser must answer 0, or -1 with one
-// printable line that names the variable, never touch the configuration on -1, and a string it
-// accepts must print to a canonical form it accepts again.
-// PyTorch's newest keys: large_segment_size_mb (honoured: the 1-10 MiB segment, and the default
-// of max_non_split_rounding_mb), throw_on_cudamalloc_oom (honoured), pinned_free_catch_all (a
-// pinned key: accepted with its notice). None may ever turn the layer off.
-static void test_newest_keys(void)
-{
-    cci_config c, d;
-    cci_config_default(&d);
-    CHECK(d.large_segment_size == 20 * MIB && d.throw_on_cudamalloc_oom == 0);
-    EXPECT_OK(&c, "large_segment_size_mb:64");
-    CHECK(c.large_segment_size == 64 * MIB && c.max_non_split_rounding == 64 * MIB && warned.n == 0);
-    // A given allowance wins, before or after the segment key.
-    EXPECT_OK(&c, "large_segment_size_mb:64,max_non_split_rounding_mb:30");
-    CHECK(c.large_segment_size == 64 * MIB && c.max_non_split_rounding == 30 * MIB);
-    EXPECT_OK(&c, "max_non_split_rounding_mb:30,large_segment_size_mb:64");
-    CHECK(c.large_segment_size == 64 * MIB && c.max_non_split_rounding == 30 * MIB);
-    ROUNDTRIP(&c);
-    EXPECT_OK(&c, "large_segment_size_mb:1");
-    CHECK(c.large_segment_size == MIB);
-    ROUNDTRIP(&c);
-    EXPECT_ERROR("large_segment_size_mb:0", "large_segment_size_mb", "'0'", "too small", "> 0");
-    EXPECT_ERROR("large_segment_size_mb:99999999999999999999", "large_segment_size_mb", "too large");
-    EXPECT_ERROR("large_segment_size_mb:2.5", "large_segment_size_mb");
-
-    EXPECT_OK(&c, "throw_on_cudamalloc_oom:True");
-    CHECK(c.throw_on_cudamalloc_oom == 1 && warned.n == 0);
-    ROUNDTRIP(&c);
-    EXPECT_OK(&c, "throw_on_cudamalloc_oom:False");
-    CHECK(same_config(&c, &d));
-    EXPECT_ERROR("throw_on_cudamalloc_oom:1", "throw_on_cudamalloc_oom", "True or False");
-    char buf[512];
-    EXPECT_OK(&c, "large_segment_size_mb:40,throw_on_cudamalloc_oom:True");
-    cci_config_format(&c, buf, sizeof buf);
-    CHECK(strstr(buf, ",large_segment_size_mb:40,throw_on_cudamalloc_oom:True") != NULL);
-    cci_config_format(&d, buf, sizeof buf);
-    CHECK(!strstr(buf, "large_segment") && !strstr(buf, "throw_on"));  // defaults print as before
-
-    EXPECT_OK(&c, "pinned_free_catch_all:True");
-    CHECK(same_config(&c, &d) && warned.n == 1 && strstr(warned.line[0], "pinned_free_catch_all:True") &&
-          strstr(warned.line[0], "ignored"));
-    EXPECT_ERROR("pinned_free_catch_all:yes", "pinned_free_catch_all", "True or False");
-
-    // A key nobody knows: one notice that names it (and the nearest known key), the rest applies.
-    EXPECT_OK(&c, "max_split_size_mb:40,max_split_sise_mb:80,garbage_collection_threshold:0.5");
-    CHECK(c.max_split_size == 40 * MIB && c.gc_threshold == 0.5);
-    CHECK(warned.n == 1 && strstr(warned.line[0], VAR ": unknown key 'max_split_sise_mb' ignored") &&
-          strstr(warned.line[0], "did you mean 'max_split_size_mb'") && one_line(warned.line[0]));
-    EXPECT_OK(&c, "some_future_key:[1,2,3],expandable_segments:True,Max_Split_Size_MB:40");
-    CHECK(c.expandable_segments == 1 && c.max_split_size == SIZE_MAX && warned.n == 2);
-    CHECK(strstr(warned.line[0], "'some_future_key' ignored (not known") != NULL);
-    CHECK(strstr(warned.line[1], "did you mean 'max_split_size_mb'") != NULL);
-    // A bad value elsewhere still rejects the whole string, and announces nothing.
-    CHECK(parse_fresh(&c, "bogus:1,max_split_size_mb:5") == -1 && warned.n == 0);
-    EXPECT_ERROR("bogus:[1,2", "bogus: '[1,2'", "no closing ']'");
-}
 
 static void test_fuzz(void)
 {
@@ -871,7 +681,6 @@ int main(void)
     test_one_line();
     test_format();
     test_intercept_level();
-    test_newest_keys();
     test_fuzz();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
