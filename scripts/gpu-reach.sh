@@ -4,6 +4,8 @@
 #
 #   scripts/gpu-reach.sh        (logs and reach.txt under $CCI_GPU_OUT/reach/)
 #
+# 0. tests/gpu/pitch_probe.c: the driver's texture alignments and its pitch for each width and
+#    element size, natively (pitch_probe.txt).
 # 1. tests/gpu/reach_check.cu "results", built with -cudart shared and with the static cudart,
 #    natively and under the preload: the pitches, the error codes, a created pool's figures and the
 #    checksum of the data must be identical (a pitch the driver would not have chosen shows here
@@ -21,6 +23,12 @@ OUT=$CCI_GPU_OUT/reach
 mkdir -p "$OUT"
 status=0
 cci_build_preload || exit 1
+# 0. What this GPU's driver answers (the facts the pitch rule rests on), natively, for the record.
+mkdir -p "$CCI_BIN"
+if cci_run 60 "$OUT/pitch_probe.build.log" "${CC:-cc}" -O1 tests/gpu/pitch_probe.c -o "$CCI_BIN/pitch_probe" -ldl; then
+    cci_run 60 "$OUT/pitch_probe.txt" "$CCI_BIN/pitch_probe" || status=1
+    cci_say "driver: $(head -n 1 "$OUT/pitch_probe.txt")"
+fi
 cci_nvcc reach_check tests/gpu/reach_check.cu || exit 1
 for kind in shared static; do
     bin=$CCI_BIN/reach_check.$kind
