@@ -30,7 +30,8 @@ extern "C" {
 #endif
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
-   4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths. */
+   4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths,
+   managed memory and the allocations from other memory pools appended. */
 #define CCI_STATS_VERSION 5
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
@@ -121,10 +122,25 @@ typedef struct cci_stats {
     uint64_t vmm_unmap_ns;
     uint64_t vmm_release_calls;    /**< cuMemRelease */
     uint64_t vmm_release_ns;
-    /* Version 5. */
+    /* Version 5: the fence budget's growths, */
     uint64_t num_fence_slack_grows; /**< times the pool grew on the fence budget (fence_slack_mb)
                                          instead of the host waiting for, or ordering, a fence */
     uint64_t fence_slack_bytes;    /**< bytes those growths reserved */
+    /* managed memory (cudaMallocManaged, cuMemAllocManaged), which is never cached:
+       passed to CUDA and counted here (ours alone; PyTorch has no such keys). Counted by the
+       device backend, so reset_peak_stats does not touch these peaks. */
+    cci_stat managed_allocations;  /**< live managed allocations */
+    cci_stat managed_bytes;        /**< their bytes, as requested */
+    /* and allocations from memory pools other than the device's default pool
+       (cudaMallocFromPoolAsync, cuMemAllocFromPoolAsync), passed to CUDA and counted like managed
+       memory, and those pools' own figures (cudaMemPoolGetAttribute), summed over the pools the
+       program allocated from on this device, as last read (after each such allocation or free). */
+    cci_stat pool_allocations;     /**< live allocations from other pools */
+    cci_stat pool_bytes;           /**< their bytes, as requested */
+    uint64_t pool_reserved_bytes;  /**< the pools' ReservedMemCurrent */
+    uint64_t pool_reserved_high;   /**< the pools' ReservedMemHigh */
+    uint64_t pool_used_bytes;      /**< the pools' UsedMemCurrent */
+    uint64_t pool_used_high;       /**< the pools' UsedMemHigh */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

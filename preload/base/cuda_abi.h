@@ -62,4 +62,29 @@ typedef struct CUipcMemHandle_st { char reserved[CCI_IPC_HANDLE_SIZE]; } CUipcMe
 typedef uint64_t cuuint64_t;
 typedef int CUdriverProcAddressQueryResult;  // 0 found, 1 no such symbol, 2 version too old
 
+// Memory pools (cudaMallocFromPoolAsync, cuMemAllocFromPoolAsync): one handle type for both
+// levels, and the attributes read of a pool (cuMemPoolGetAttribute, cuuint64_t values).
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+enum {
+    CCI_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CCI_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CCI_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CCI_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+};
+enum { CCI_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 };  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+// Pitched and 3-D allocations (cudaMallocPitch, cudaMalloc3D, cuMemAllocPitch_v2).
+struct cudaPitchedPtr {
+    void *ptr;
+    size_t pitch;
+    size_t xsize;
+    size_t ysize;
+};
+struct cudaExtent {
+    size_t width;  // bytes, for linear memory
+    size_t height;
+    size_t depth;
+};
+
 #endif

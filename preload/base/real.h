@@ -79,7 +79,12 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
       (s, g, deps, edata, ndeps, m))                                                         \
     X(cudaStreamEndCapture, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))              \
     X(cudaStreamEndCapture_ptsz, OPTIONAL, (cudaStream_t s, cudaGraph_t *g), (s, g))        \
-    CCI_REAL_RUNTIME_STREAMS(X)
+    CCI_REAL_RUNTIME_STREAMS(X)                                                              \
+    X(cudaMallocPitch, OPTIONAL, (void **p, size_t *pitch, size_t w, size_t h), (p, pitch, w, h)) \
+    X(cudaMalloc3D, OPTIONAL, (struct cudaPitchedPtr * pp, struct cudaExtent e), (pp, e))       \
+    X(cudaMallocManaged, OPTIONAL, (void **p, size_t size, unsigned flags), (p, size, flags)) \
+    X(cudaMallocFromPoolAsync, OPTIONAL, (void **p, size_t size, cudaMemPool_t pool, cudaStream_t s), \
+      (p, size, pool, s))
 
 typedef struct cci_real_runtime {
 #define CCI_X(name, need, params, args) cudaError_t(*name) params;
@@ -188,7 +193,16 @@ typedef struct CUevent_st *CUevent;
       (const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,                   \
        CUdriverProcAddressQueryResult *status),                                              \
       (symbol, pfn, cuda_version, flags, status))                                            \
-    CCI_REAL_DRIVER_WRAPPED_STREAMS(X)
+    CCI_REAL_DRIVER_WRAPPED_STREAMS(X)                                                       \
+    X(cuMemAllocPitch_v2, OPTIONAL,                                                          \
+      (CUdeviceptr * dptr, size_t * pitch, size_t w, size_t h, unsigned elem),               \
+      (dptr, pitch, w, h, elem))                                                             \
+    X(cuMemAllocManaged, OPTIONAL, (CUdeviceptr * dptr, size_t size, unsigned flags),         \
+      (dptr, size, flags))                                                                   \
+    X(cuMemAllocFromPoolAsync, OPTIONAL,                                                     \
+      (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s)) \
+    X(cuMemAllocFromPoolAsync_ptsz, OPTIONAL,                                                \
+      (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s))
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \
@@ -210,7 +224,11 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamIsCapturing, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st))      \
     X(cuStreamIsCapturing_ptsz, OPTIONAL, (CUstream s, CUstreamCaptureStatus * st), (s, st)) \
     X(cuStreamGetCtx, OPTIONAL, (CUstream s, CUcontext * ctx), (s, ctx))                     \
-    CCI_REAL_DRIVER_CALLED_FENCES(X)
+    CCI_REAL_DRIVER_CALLED_FENCES(X)                                                         \
+    X(cuDeviceGetDefaultMemPool, OPTIONAL, (CUmemoryPool * pool, CUdevice dev), (pool, dev)) \
+    X(cuMemPoolGetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
+      (pool, attr, value))                                                                   \
+    X(cuPointerGetAttribute, OPTIONAL, (void *data, int attr, CUdeviceptr ptr), (data, attr, ptr))
 
 // ---- VMM block (cuda/vmm.c) -----------------------------------------------------------------
 /// The virtual-memory API behind expandable_segments / compact_segments. All OPTIONAL (CUDA

@@ -11,6 +11,7 @@
 #include "cuda_context.h"
 #include "fence.h"
 #include "fence_watcher.h"
+#include "outside.h"
 #include "stream_registry.h"
 #include "vmm.h"
 
@@ -33,6 +34,8 @@ static cci_backend_ops cuda_ops = {
     .caps = CCI_CAP_FENCES,
     .fence = &cci_cuda_fence_ops,
     .costs = cuda_costs,
+    .available = cci_cuda_available,
+    .outside = cci_outside_stats,
 };
 
 // The optional groups depend on what the loaded driver offers: decided once, before the first
@@ -64,6 +67,7 @@ void cci_cuda_backend_drop_device(int device)
 
 void cci_cuda_backend_atfork_child(void)
 {
+    cci_outside_atfork_child();
     cci_cuda_vmm_atfork_child();
     cci_cuda_context_atfork_child();
 }

@@ -137,6 +137,19 @@ size_t cci_cuda_capacity(void *ctx, int device)
     return bytes;
 }
 
+size_t cci_cuda_available(void *ctx, int device)
+{
+    (void)ctx;
+    const cci_real_driver *drv = cci_real_drv();
+    size_t free_b = 0, total_b = 0;
+    driver_scope sc;
+    if (!drv->cuMemGetInfo_v2 || enter(device, &sc))
+        return SIZE_MAX;
+    CUresult r = drv->cuMemGetInfo_v2(&free_b, &total_b);
+    leave(&sc);
+    return r == CUDA_SUCCESS ? free_b : SIZE_MAX;
+}
+
 int cci_cuda_synchronize(void *ctx, int device)
 {
     // A context synchronisation during a capture would invalidate it (or be refused): report

@@ -52,6 +52,8 @@ void cci_cuda_leave(cci_driver_scope *sc);
 int cci_cuda_segment_reserve(void *ctx, int device, size_t size, uintptr_t *addr);
 int cci_cuda_segment_release(void *ctx, int device, uintptr_t addr, size_t size);
 size_t cci_cuda_capacity(void *ctx, int device);
+/// The driver's free bytes on the device (cuMemGetInfo_v2), SIZE_MAX when it cannot tell.
+size_t cci_cuda_available(void *ctx, int device);
 int cci_cuda_synchronize(void *ctx, int device);
 
 #endif

@@ -11,6 +11,7 @@
 #include "real.h"
 #include "reporting.h"
 #include "state.h"
+#include "outside.h"
 
 // A device the program could use, whether or not it has allocated there yet.
 static int device_exists(int device)
@@ -33,8 +34,11 @@ CCI_EXPORT int cci_get_stats(int device, cci_stats *out)
     if (!a && !device_exists(device))
         return -1;
     cci_stats s = {.size = sizeof s, .version = CCI_STATS_VERSION};
+    cci_outside_refresh(device);
     if (a)
         cci_alloc_stats(a, &s);
+    else  // no pools yet, but CUDA may have handed out managed memory on the device
+        cci_outside_stats(NULL, device, &s);
     // A caller built against an older (smaller) or newer (larger) struct gets what both know.
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memset(out, 0, out->size);

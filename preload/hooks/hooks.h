@@ -36,6 +36,11 @@ CCI_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsig
 CCI_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream);
 CCI_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
 
+CCI_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+CCI_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
+CCI_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
+CCI_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
+
 // PyTorch's pluggable allocator's two functions (torch_pluggable.c), by the names Python passes.
 CCI_EXPORT void *cci_torch_alloc(size_t size, int device, cudaStream_t stream);
 CCI_EXPORT void cci_torch_free(void *ptr, size_t size, int device, cudaStream_t stream);

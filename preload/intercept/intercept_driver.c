@@ -16,6 +16,7 @@
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
+#include "serve_shapes.h"
 #include "state.h"
 #include "stream_rule.h"
 #include "streams.h"
@@ -213,7 +214,10 @@ CUresult cci_pl_cu_mem_free(CUdeviceptr dptr)
         if (rc >= 0)
             return rc;
     }
-    return real_mem_free(dptr);
+    CUresult rc = real_mem_free(dptr);
+    if (rc == CUDA_SUCCESS)
+        cci_serve_passed_free((uintptr_t)dptr);  // managed memory's counts (serve_shapes.h)
+    return rc;
 }
 
 // The stream-ordered calls, each compiled apart for the legacy and the per-thread default stream
@@ -261,7 +265,10 @@ static inline __attribute__((always_inline)) CUresult mem_free_async(CUdeviceptr
         if (rc >= 0)
             return rc;
     }
-    return real_mem_free_async(dptr, s, ptsz);
+    CUresult rc = real_mem_free_async(dptr, s, ptsz);
+    if (rc == CUDA_SUCCESS)
+        cci_serve_passed_free((uintptr_t)dptr);  // another pool's memory (serve_shapes.h)
+    return rc;
 }
 
 CUresult cci_pl_cu_mem_free_async(CUdeviceptr dptr, CUstream s) { return mem_free_async(dptr, s, 0); }
@@ -481,4 +488,13 @@ CUresult cci_pl_cu_ctx_enable_peer_access(CUcontext peer, unsigned flags)
             cci_serve_peer_enabled((int)dev, (int)pdev);
     }
     return rc;
+}
+
+int cci_pl_driver_stream_device(CUstream s)
+{
+    cudaStream_t rs = (cudaStream_t)s;
+    int device;
+    if (rs == NULL || rs == cci_cudaStreamLegacy || rs == cci_cudaStreamPerThread)
+        return primary_device(cci_real_drv());
+    return cci_stream_device_cached(rs, &device, ask_stream_primary_device) == 0 ? device : -1;
 }

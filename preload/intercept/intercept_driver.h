@@ -7,6 +7,8 @@
 #include "cuda_abi.h"
 
 CUresult cci_pl_cu_mem_alloc(CUdeviceptr *dptr, size_t size);
+/// The device of `s` (a default stream: the current context's, if it is a primary one), or -1.
+int cci_pl_driver_stream_device(CUstream s);
 CUresult cci_pl_cu_mem_free(CUdeviceptr dptr);
 CUresult cci_pl_cu_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s);
 CUresult cci_pl_cu_mem_alloc_async_ptsz(CUdeviceptr *dptr, size_t size, CUstream s);

@@ -17,6 +17,7 @@
 #include "levels.h"
 #include "real.h"
 #include "serve.h"
+#include "serve_shapes.h"
 #include "state.h"
 #include "stream_rule.h"
 #include "streams.h"
@@ -211,8 +212,8 @@ cudaError_t cci_pl_free(void *p)
     if (p)
         rc = runtime_release_answer(cci_serve_release(CCI_LEVEL_RUNTIME, "cudaFree", (uintptr_t)p,
                                                       CCI_KEY_LEGACY, cci_serve_sync_free_mode()));
-    if (rc < 0)
-        rc = cci_real_rt()->cudaFree(p);
+    if (rc < 0 && (rc = cci_real_rt()->cudaFree(p)) == cudaSuccess)
+        cci_serve_passed_free((uintptr_t)p);  // managed memory's counts (serve_shapes.h)
     cci_pl_forwarding_end();
     return rc;
 }
@@ -262,8 +263,8 @@ static inline __attribute__((always_inline)) cudaError_t free_async(void *p, cud
             CCI_LEVEL_RUNTIME, ptsz ? "cudaFreeAsync_ptsz" : "cudaFreeAsync", (uintptr_t)p,
             cci_stream_key(s, ptsz), cci_serve_stream_free_mode(capturing)));
     }
-    if (rc < 0)
-        rc = real_free_async(ptsz)(p, s);
+    if (rc < 0 && (rc = real_free_async(ptsz)(p, s)) == cudaSuccess)
+        cci_serve_passed_free((uintptr_t)p);  // another pool's memory (serve_shapes.h)
     cci_pl_forwarding_end();
     return rc;
 }
@@ -365,4 +366,10 @@ cudaError_t cci_pl_device_enable_peer_access(int peer, unsigned flags)
         cci_serve_peer_enabled(dev, peer);
     cci_pl_forwarding_end();
     return rc;
+}
+
+int cci_pl_runtime_stream_device(cudaStream_t s)
+{
+    int device;
+    return stream_device(s, &device) == 0 ? device : -1;
 }

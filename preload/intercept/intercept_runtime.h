@@ -9,6 +9,8 @@
 #include "cuda_abi.h"
 
 cudaError_t cci_pl_malloc(void **p, size_t size);
+/// The device whose pool an allocation on `s` draws from (as cudaMallocAsync finds it), or -1.
+int cci_pl_runtime_stream_device(cudaStream_t s);
 cudaError_t cci_pl_free(void *p);
 cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s);
 cudaError_t cci_pl_malloc_async_ptsz(void **p, size_t size, cudaStream_t s);

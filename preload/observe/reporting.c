@@ -21,6 +21,7 @@
 #include "report.h"
 #include "state.h"
 #include "trace_record.h"
+#include "outside.h"
 
 static _Atomic(cci_report_timeline *) timelines[CCI_PL_MAX_DEVICES];
 static _Atomic(cci_history *) histories[CCI_PL_MAX_DEVICES];
@@ -114,6 +115,7 @@ static int collect(cci_allocator **allocs, cci_report_timeline **tls)
 {
     int n = cci_state_device_bound();
     for (int d = 0; d < n; d++) {
+        cci_outside_refresh(d);  // other pools' figures as they are now (outside.h)
         allocs[d] = cci_state_allocator_peek(d);
         tls[d] = allocs[d] ? atomic_load(&timelines[d]) : NULL;
     }

@@ -88,6 +88,15 @@ def memory_stats(device=0):
         field = getattr(_binding.Stats, name)
         if field.offset + field.size <= stats.size:
             out[name] = getattr(stats, name)
+    for name, kind in _binding.LATER:
+        field = getattr(_binding.Stats, name)
+        if field.offset + field.size > stats.size:
+            continue
+        if kind == 'stat':
+            for part in _binding.STAT_PARTS:
+                out[f'{name}.{part}'] = getattr(getattr(stats, name), part)
+        else:
+            out[name] = getattr(stats, name)
     if out.get('max_split_size') == _UINT64_MAX:
         out['max_split_size'] = -1
     return dict(sorted(out.items()))

@@ -37,8 +37,16 @@ COUNTERS = (
     'vmm_create_calls', 'vmm_create_ns', 'vmm_map_calls', 'vmm_map_ns',
     'vmm_set_access_calls', 'vmm_set_access_ns', 'vmm_unmap_calls', 'vmm_unmap_ns',
     'vmm_release_calls', 'vmm_release_ns',
-    # version 5: the fence budget (fence_slack_mb)
+    # version 5: the fence budget (fence_slack_mb), then LATER below
     'num_fence_slack_grows', 'fence_slack_bytes',
+)
+# Appended after COUNTERS, in the struct's order: (name, 'stat' for a cci_stat, 'u64').
+LATER = (
+    # version 5: managed memory and other memory pools, passed to CUDA and counted
+    ('managed_allocations', 'stat'), ('managed_bytes', 'stat'),
+    ('pool_allocations', 'stat'), ('pool_bytes', 'stat'),
+    ('pool_reserved_bytes', 'u64'), ('pool_reserved_high', 'u64'),
+    ('pool_used_bytes', 'u64'), ('pool_used_high', 'u64'),
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 
@@ -51,7 +59,8 @@ class Stats(ctypes.Structure):
     _fields_ = ([('size', ctypes.c_uint32), ('version', ctypes.c_uint32)]
                 + [(name, Stat * len(POOLS)) for name in POOLED_STATS]
                 + [(name, Stat) for name in SINGLE_STATS]
-                + [(name, ctypes.c_uint64) for name in COUNTERS])
+                + [(name, ctypes.c_uint64) for name in COUNTERS]
+                + [(name, Stat if kind == 'stat' else ctypes.c_uint64) for name, kind in LATER])
 
 
 _FUNCTIONS = {

@@ -145,13 +145,20 @@ void cci__seg_remove(cci_allocator *a, cci_segment *s)
 static cci_block *alloc_segment(cci_allocator *a, size_t rounded, int small, uint64_t stream, int retry,
                                 int *rc)
 {
-    size_t size = cci_segment_size(rounded);
+    size_t size = cci_segment_size(&a->cfg, rounded);
     if (retry)
         a->st.num_alloc_retries++;
     if (a->exp)  // [expandable] grow the (stream, pool) segment instead of reserving a new one
         return cci__exp_grow(a, rounded, small, stream, rc);
     size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     if (a->capped && (size > a->allowed_max || reserved > a->allowed_max - size)) {
+        *rc = CCI_EOOM;
+        return NULL;
+    }
+    // throw_on_cudamalloc_oom: a segment the device says it has no room for is refused without
+    // the call that would fail (slow, and logged by the driver's tools); the retries still run.
+    if (a->cfg.throw_on_cudamalloc_oom && a->be.ops->available &&
+        size > a->be.ops->available(a->be.ctx, a->device)) {
         *rc = CCI_EOOM;
         return NULL;
     }

@@ -193,7 +193,7 @@ int cci_allocator_check(cci_allocator *a, char *msg, size_t msglen);
 
 // ---- rounding rules (rounding.c), exported for tests and the replay tool -------------------
 size_t cci_round_size(const cci_config *c, size_t size);
-size_t cci_segment_size(size_t rounded);
+size_t cci_segment_size(const cci_config *c, size_t rounded);
 int cci_is_small(size_t rounded);
 
 #endif

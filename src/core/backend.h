@@ -155,6 +155,14 @@ typedef struct cci_backend_ops {
     /// so it also answers after the device is gone (exit). A figure the backend cannot tell per
     /// device (the list marks it CCI_COST_PROCESS) is its figure for the whole process.
     void (*costs)(void *ctx, int device, struct cci_stats *out);
+    /// Optional (NULL: never predicted): the bytes the device could still hand out now, as its
+    /// driver tells, for throw_on_cudamalloc_oom's prediction; SIZE_MAX when it cannot tell.
+    /// Called with the allocator lock held, only when that key is set and a segment is wanted.
+    size_t (*available)(void *ctx, int device);
+    /// Optional (NULL: all 0): the memory the backend's device handed out past the pools, as the
+    /// layer that passed it through counted it, into the CCI_STAT_OUTSIDE fields of *out and no
+    /// other (stats_list.h). Asked with the costs, under the same rules.
+    void (*outside)(void *ctx, int device, struct cci_stats *out);
 } cci_backend_ops;
 
 typedef struct cci_backend {
@@ -167,6 +175,8 @@ static inline void cci_backend_costs(cci_backend be, int device, struct cci_stat
 {
     if (be.ops->costs)
         be.ops->costs(be.ctx, device, out);
+    if (be.ops->outside)  // (the copy's other backend-owned fields)
+        be.ops->outside(be.ctx, device, out);
 }
 
 // ---- the simulated device (backend_sim.c) ---------------------------------------------------

@@ -56,6 +56,17 @@ static int sim_release(void *ctx, int device, uintptr_t addr, size_t size)
 
 static size_t sim_capacity(void *ctx, int device) { return ((cci_sim_device *)ctx)->capacity; }
 
+static size_t sim_available(void *ctx, int device)
+{
+    (void)device;
+    cci_sim_device *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    size_t used = s->reserved + cci__sim_vmm_physical(s->vmm);
+    size_t left = used < s->capacity ? s->capacity - used : 0;
+    pthread_mutex_unlock(&s->lock);
+    return left;
+}
+
 // The cost figures (backend.h, costs): the calls the fence and virtual-memory groups count, and
 // no time (nothing runs on a simulated device).
 static void sim_costs(void *ctx, int device, cci_stats *out)
@@ -75,6 +86,7 @@ static const cci_backend_ops sim_ops = {
     .reserve = sim_reserve,
     .release = sim_release,
     .capacity = sim_capacity,
+    .available = sim_available,
     .synchronize = NULL,
     .caps = CCI_CAP_FENCES | CCI_CAP_VMM,
     .fence = &cci__sim_fence_ops,

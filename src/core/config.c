@@ -7,6 +7,7 @@
 // generic number/boolean errors are worded the same way for every key.
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
@@ -19,6 +20,8 @@
 #define MIB ((size_t)1 << 20)
 // PyTorch's kLargeBuffer: the default for max_non_split_rounding and the floor for max_split_size.
 #define LARGE_BUFFER_MIB 20
+// A 1-10 MiB request's shared segment above 1 TiB can only be a mistake (and keeps MiB -> bytes exact).
+#define MAX_LARGE_SEGMENT_MIB ((uint64_t)1 << 20)
 // PyTorch caps pinned_num_register_threads at this.
 #define PINNED_MAX_THREADS 128
 // Offending values are quoted in messages; a cap keeps a pasted blob from flooding the log.
@@ -31,6 +34,7 @@ void cci_config_default(cci_config *c)
     c->max_non_split_rounding = (size_t)LARGE_BUFFER_MIB * MIB;
     c->memgetinfo_cached_as_free = 1;
     c->intercept_level = CCI_LEVEL_BOTH;
+    c->large_segment_size = (size_t)LARGE_BUFFER_MIB * MIB;
 }
 
 // ---- parse state and messages -------------------------------------------------------------
@@ -45,6 +49,7 @@ typedef struct parser {
     warn_fn warn;  // NULL during the validation pass, so nothing is announced for a bad string
     void *ud;
     int native_key_seen;  // for the backend:cudaMallocAsync notice, as PyTorch gives it
+    int non_split_seen;   // max_non_split_rounding_mb given: large_segment_size_mb no longer sets it
 } parser;
 
 // Copies user text into out as printable ASCII: a control byte or a non-ASCII byte could break the
@@ -284,6 +289,28 @@ static int apply_non_split(parser *p, const key_def *k, const value *v)
 {
     (void)k;
     p->c->max_non_split_rounding = v->u_range ? SIZE_MAX : mib_to_bytes(v->u);
+    p->non_split_seen = 1;
+    return 0;
+}
+
+// PyTorch reads this key before the others and makes it the default of max_non_split_rounding_mb,
+// so it sets that allowance too unless the same string gives the allowance itself (either order).
+static int apply_large_segment(parser *p, const key_def *k, const value *v)
+{
+    if (!v->u_range && v->u == 0)
+        return fail_value(p, k->name, v->text, v->len, "is too small", k->expect);
+    if (v->u_range || v->u > MAX_LARGE_SEGMENT_MIB)
+        return fail_value(p, k->name, v->text, v->len, "is too large", k->expect);
+    p->c->large_segment_size = mib_to_bytes(v->u);
+    if (!p->non_split_seen)
+        p->c->max_non_split_rounding = p->c->large_segment_size;
+    return 0;
+}
+
+static int apply_throw_on_oom(parser *p, const key_def *k, const value *v)
+{
+    (void)k;
+    p->c->throw_on_cudamalloc_oom = v->b;
     return 0;
 }
 
@@ -549,6 +576,9 @@ static const key_def keys[] = {
     {"memgetinfo_cached_as_free", KIND_BOOL, apply_memgetinfo, TRUE_FALSE, 1, 0},
     {"intercept_level", KIND_WORD, apply_intercept_level, "runtime, driver or both", 0, 0},
     {"compact_segments", KIND_BOOL, apply_compact, TRUE_FALSE, 1, 0},
+    {"large_segment_size_mb", KIND_UINT, apply_large_segment, "an integer number of MiB > 0", 1, 0},
+    {"throw_on_cudamalloc_oom", KIND_BOOL, apply_throw_on_oom, TRUE_FALSE, 1, 0},
+    {"pinned_free_catch_all", KIND_BOOL, apply_pinned_bool, TRUE_FALSE, 0, 0},
     {"fence_slack_mb", KIND_UINT, apply_fence_slack, "an integer number of MiB >= 0", 1, 0},
 };
 
@@ -562,20 +592,54 @@ static const key_def *find_key(const char *s, size_t n)
     return NULL;
 }
 
-static int unknown_key(parser *p, const char *s, size_t n)
+// Edit distance of two short names, ignoring case (capped at 3: only "close" matters), for the
+// suggestion; keys themselves are case-sensitive, as in PyTorch.
+static unsigned name_distance(const char *a, size_t n, const char *b)
+{
+    size_t m = strlen(b);
+    if (n > 48 || m > 48)
+        return 3;
+    unsigned row[49];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= n; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= m; j++) {
+            unsigned up = row[j];
+            unsigned best = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m] < 3 ? row[m] : 3;
+}
+
+// A key nobody here knows is skipped with one notice, never a reason to turn the layer off: it may
+// be a key of a PyTorch release newer than this library (PyTorch itself then accepts it), and
+// dropping every other key, the whole cache with them, would punish a typo far more than the typo
+// costs. The notice names the closest known key, so a misspelt one is not missed.
+static void unknown_key(parser *p, const char *s, size_t n)
 {
     char shown[SHOW_MAX * 4 + 8];
     show(shown, sizeof shown, s, n);
-    char list[768];
-    size_t o = 0;
+    const char *near = NULL;
+    unsigned best = 3;
     for (size_t i = 0; i < NKEYS; i++) {
-        int w = snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", keys[i].name);
-        if (w < 0 || (size_t)w >= sizeof list - o)
-            break;
-        o += (size_t)w;
+        unsigned d = name_distance(s, n, keys[i].name);
+        if (d < best) {
+            best = d;
+            near = keys[i].name;
+        }
     }
-    const char *hint = memchr(s, '=', n) ? " (keys and values are separated by ':')" : "";
-    return failf(p, "unknown key '%s'%s: expected one of %s", shown, hint, list);
+    if (near)
+        warnf(p, "unknown key '%s' ignored (did you mean '%s'?); the other keys apply", shown, near);
+    else
+        warnf(p, "unknown key '%s' ignored (not known to this library); the other keys apply", shown);
 }
 
 static int apply_value(parser *p, const key_def *k, const char *s, size_t n)
@@ -636,8 +700,14 @@ static int parse_all(parser *p, const char *str)
             return failf(p, "empty entry at '%s': expected key:value pairs separated by ','", shown);
         }
         const key_def *k = find_key(key, klen);
+        if (!k && (pos == len || str[pos] != ':')) {
+            char shown[SHOW_MAX * 4 + 8];
+            show(shown, sizeof shown, key, klen);
+            const char *hint = memchr(key, '=', klen) ? " (keys and values are separated by ':')" : "";
+            return failf(p, "'%s' is not a key:value pair%s: expected <key>:<value>", shown, hint);
+        }
         if (!k)
-            return unknown_key(p, key, klen);
+            unknown_key(p, key, klen);
         if (pos == len || str[pos] != ':')
             return failf(p, "%s: missing ':' and value: expected %s:<%s>", k->name, k->name,
                          k->expect);
@@ -645,23 +715,28 @@ static int parse_all(parser *p, const char *str)
         while (pos < len && is_space(str[pos]))
             pos++;
         size_t vstart = pos;
+        // An unknown key's value is skipped by the same rules, so a list does not end it early.
+        char kname[SHOW_MAX * 4 + 8];
+        if (!k)
+            show(kname, sizeof kname, key, klen);
+        const char *kn = k ? k->name : kname;
+        const char *kexpect = k ? k->expect : "a value, or a list in [ ]";
         if (pos < len && str[pos] == '[') {
             // Commas inside the brackets belong to the list, not to the outer list of keys.
             const char *close = memchr(str + pos, ']', len - pos);
             if (!close)
-                return fail_value(p, k->name, str + vstart, len - vstart, "has no closing ']'",
-                                  k->expect);
+                return fail_value(p, kn, str + vstart, len - vstart, "has no closing ']'", kexpect);
             pos = (size_t)(close - str) + 1;
             size_t vend = pos;
             while (pos < len && is_space(str[pos]))
                 pos++;
             if (pos < len && str[pos] != ',')
-                return fail_value(p, k->name, str + vstart, len - vstart,
-                                  "has trailing characters after ']'", k->expect);
-            if (k->kind != KIND_RAW)
+                return fail_value(p, kn, str + vstart, len - vstart,
+                                  "has trailing characters after ']'", kexpect);
+            if (k && k->kind != KIND_RAW)
                 return fail_value(p, k->name, str + vstart, vend - vstart, "is a list",
                                   k->expect);
-            if (apply_value(p, k, str + vstart, vend - vstart))
+            if (k && apply_value(p, k, str + vstart, vend - vstart))
                 return -1;
         } else {
             while (pos < len && str[pos] != ',')
@@ -669,10 +744,10 @@ static int parse_all(parser *p, const char *str)
             const char *val = str + vstart;
             size_t vlen = pos - vstart;
             trim(&val, &vlen);
-            if (apply_value(p, k, val, vlen))
+            if (k && apply_value(p, k, val, vlen))
                 return -1;
         }
-        if (k->native)
+        if (k && k->native)
             p->native_key_seen = 1;
         if (pos == len)
             return 0;

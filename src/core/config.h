@@ -30,6 +30,8 @@ typedef struct cci_config {
     int intercept_level;             ///< our key: CCI_LEVEL_* bits, never 0; default CCI_LEVEL_BOTH
     long long fence_slack_mb;        ///< our key: MiB the pool may grow instead of waiting for or
                                      ///< ordering a fence; 0 (default): none (docs/reuse-modes.md)
+    size_t large_segment_size;       ///< segment for 1-10 MiB requests; default 20 MiB (PyTorch's kLargeBuffer)
+    int throw_on_cudamalloc_oom;     ///< refuse a new segment the device is predicted to lack, without asking it
 } cci_config;
 
 void cci_config_default(cci_config *c);

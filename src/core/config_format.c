@@ -114,6 +114,12 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
         put(&o, ",intercept_level:%s", cci__level_names[c->intercept_level]);
     if (c->compact_segments)  // likewise: only when set
         put(&o, ",compact_segments:True");
+    // Likewise at their defaults. max_non_split_rounding_mb is printed before this key, and a
+    // given allowance wins whatever the order, so the string reads back to the same pair.
+    if (c->large_segment_size != ((size_t)20 << 20))
+        put(&o, ",large_segment_size_mb:%llu", (unsigned long long)bytes_to_mib(c->large_segment_size));
+    if (c->throw_on_cudamalloc_oom)
+        put(&o, ",throw_on_cudamalloc_oom:True");
     if (c->fence_slack_mb > 0)  // likewise: only when set
         put(&o, ",fence_slack_mb:%lld", c->fence_slack_mb);
     return o.len > INT_MAX ? INT_MAX : (int)o.len;

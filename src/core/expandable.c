@@ -297,7 +297,7 @@ cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t s
     size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     // The fraction cap counts mapped bytes. PyTorch checks it against the segment a cudaMalloc
     // would have asked for, whatever the growth maps; compact mode against the pages it maps.
-    size_t ask = e->mode == CCI_EXP_PYTORCH ? cci_segment_size(rounded) : round_up(rounded, e->page[small]);
+    size_t ask = e->mode == CCI_EXP_PYTORCH ? cci_segment_size(&a->cfg, rounded) : round_up(rounded, e->page[small]);
     if (a->capped && (ask > a->allowed_max || reserved > a->allowed_max - ask)) {
         *rc = CCI_EOOM;
         return NULL;

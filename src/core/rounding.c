@@ -5,7 +5,6 @@
 #define MIN_BLOCK ((size_t)512)
 #define SMALL_LIMIT ((size_t)1 << 20)       // requests up to 1 MiB use the small pool
 #define SMALL_SEGMENT ((size_t)2 << 20)
-#define LARGE_SEGMENT ((size_t)20 << 20)    // 1–10 MiB requests share 20 MiB segments
 #define MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define LARGE_ROUND ((size_t)2 << 20)
 #define FIRST_INTERVAL_END ((size_t)2 << 20)  // roundup_divisions[0] covers the sizes below 2^21
@@ -51,12 +50,14 @@ size_t cci_round_size(const cci_config *c, size_t size)
     return (size + MIN_BLOCK - 1) & ~(MIN_BLOCK - 1);
 }
 
-size_t cci_segment_size(size_t rounded)
+size_t cci_segment_size(const cci_config *c, size_t rounded)
 {
     if (rounded <= SMALL_LIMIT)
         return SMALL_SEGMENT;
-    if (rounded < MIN_LARGE_ALLOC)
-        return LARGE_SEGMENT;
+    // large_segment_size_mb may be set below a request it covers: the segment then holds the
+    // request alone, rounded as a large one would be, never less than asked for.
+    if (rounded < MIN_LARGE_ALLOC && rounded <= c->large_segment_size)
+        return c->large_segment_size;
     if (rounded > SIZE_MAX - LARGE_ROUND)
         return SIZE_MAX & ~(LARGE_ROUND - 1);
     return (rounded + LARGE_ROUND - 1) & ~(LARGE_ROUND - 1);

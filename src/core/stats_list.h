@@ -92,14 +92,24 @@ enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
 /// largest_free_block, device_capacity. Reports print them where they belong.
 #define CCI_STAT_FIGURES(X) X(max_split_size) X(largest_free_block) X(device_capacity)
 
+/// Memory handed out past the pools (cci_stat each, ours alone), counted by the device backend that
+/// passed it through and written into the copy with the costs (backend.h, outside): managed memory
+/// and allocations from other memory pools; then those pools' own figures (uint64_t).
+#define CCI_STAT_OUTSIDE(X) X(managed_allocations) X(managed_bytes) X(pool_allocations) X(pool_bytes)
+#define CCI_STAT_OUTSIDE_FIGURES(X) \
+    X(pool_reserved_bytes) X(pool_reserved_high) X(pool_used_bytes) X(pool_used_high)
+
 // The lists must cover the struct exactly: a field added to one and not the other stops the build.
 #define CCI__FAMILY_SIZE(f, label, per_pool, bytes) +(per_pool ? CCI_POOL_KINDS : 1) * sizeof(cci_stat)
 #define CCI__SCALAR_SIZE(f, ...) +sizeof(uint64_t)
+#define CCI__OUTSIDE_SIZE(f) +sizeof(cci_stat)
 _Static_assert(sizeof(cci_stats) == 2 * sizeof(uint32_t) CCI_STAT_FAMILIES(CCI__FAMILY_SIZE)
                                         CCI_STAT_COUNTERS(CCI__SCALAR_SIZE) CCI_STAT_FIGURES(CCI__SCALAR_SIZE)
-                                            CCI_STAT_COSTS(CCI__SCALAR_SIZE),
+                                            CCI_STAT_COSTS(CCI__SCALAR_SIZE) CCI_STAT_OUTSIDE(CCI__OUTSIDE_SIZE)
+                                                CCI_STAT_OUTSIDE_FIGURES(CCI__SCALAR_SIZE),
                "cci_stats and the lists in stats_list.h disagree");
 #undef CCI__FAMILY_SIZE
 #undef CCI__SCALAR_SIZE
+#undef CCI__OUTSIDE_SIZE
 
 #endif

@@ -158,6 +158,25 @@ static void layout(cci_sb *b, const cci_layout *l, int have)
     cci__sb_puts(b, l->nsegments ? "\n      ]" : "]");
 }
 
+// Memory handed out past the pools (managed memory, other pools' allocations and those pools'
+// figures), from the core's lists (CCI_STAT_OUTSIDE, CCI_STAT_OUTSIDE_FIGURES).
+static void outside(cci_sb *b, const cci_stats *st)
+{
+    cci__sb_puts(b, "{");
+    int first = 1;
+#define OUTSIDE(field)                                                                             \
+    cci__sb_printf(b, "%s\"" #field "\": {\"current\": %lld, \"peak\": %lld, \"allocated\": %lld, "     \
+                   "\"freed\": %lld}", first ? "" : ", ", (long long)st->field.current,                \
+                   (long long)st->field.peak, (long long)st->field.allocated, (long long)st->field.freed); \
+    first = 0;
+    CCI_STAT_OUTSIDE(OUTSIDE)
+#undef OUTSIDE
+#define FIGURE(field) cci__sb_printf(b, ", \"" #field "\": %llu", (unsigned long long)st->field);
+    CCI_STAT_OUTSIDE_FIGURES(FIGURE)
+#undef FIGURE
+    cci__sb_puts(b, "}");
+}
+
 static void device(cci_sb *b, const cci_report_device *d)
 {
     cci__sb_printf(b, "  {\n    \"device\": %d,\n    \"config\": ", d->device);
@@ -170,6 +189,8 @@ static void device(cci_sb *b, const cci_report_device *d)
     costs_of_scope(b, &d->stats, CCI_COST_DEVICE);
     cci__sb_puts(b, ",\n    \"process_costs\": ");
     costs_of_scope(b, &d->stats, CCI_COST_PROCESS);
+    cci__sb_puts(b, ",\n    \"outside\": ");
+    outside(b, &d->stats);
     cci__sb_printf(b, ",\n    \"largest_free_block\": %llu,\n    \"device_capacity\": %llu,\n",
                    (unsigned long long)d->stats.largest_free_block, (unsigned long long)d->stats.device_capacity);
     cci__sb_puts(b, "    \"fragmentation\": {\n      \"at_peak\": ");

@@ -267,6 +267,30 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         cci__sb_printf(b, "Device capacity: %s\n",
                        d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h)
                                                 : "unknown");
+        // Managed memory is CUDA's (never cached): its own line, only for programs that made some.
+        if (d->stats.managed_allocations.allocated) {
+            char now[16], peak[16];
+            cci__sb_printf(b, "Managed memory (passed to CUDA, never cached): %lld allocation%s, %lld live "
+                           "(%s), peak %s\n", (long long)d->stats.managed_allocations.allocated,
+                           d->stats.managed_allocations.allocated == 1 ? "" : "s",
+                           (long long)d->stats.managed_allocations.current,
+                           cci__human(d->stats.managed_bytes.current, now, sizeof now),
+                           cci__human(d->stats.managed_bytes.peak, peak, sizeof peak));
+        }
+        // Likewise for allocations from the program's own memory pools, with those pools' figures.
+        if (d->stats.pool_allocations.allocated) {
+            char now[16], peak[16], res[16], res_high[16], used[16], used_high[16];
+            const cci_stats *st = &d->stats;
+            cci__sb_printf(b, "Other memory pools (passed to CUDA, never cached): %lld allocation%s, %lld live (%s), "
+                           "peak %s; the pools hold %s (high %s) and use %s (high %s)\n",
+                           (long long)st->pool_allocations.allocated, st->pool_allocations.allocated == 1 ? "" : "s",
+                           (long long)st->pool_allocations.current, cci__human(st->pool_bytes.current, now, sizeof now),
+                           cci__human(st->pool_bytes.peak, peak, sizeof peak),
+                           cci__human((int64_t)st->pool_reserved_bytes, res, sizeof res),
+                           cci__human((int64_t)st->pool_reserved_high, res_high, sizeof res_high),
+                           cci__human((int64_t)st->pool_used_bytes, used, sizeof used),
+                           cci__human((int64_t)st->pool_used_high, used_high, sizeof used_high));
+        }
         // Only programs that used fenced frees get the line, so every other report reads as before.
         if (d->stats.num_fence_records) {
             cci__sb_printf(b, "Fenced frees: %llu fence%s recorded, the host waited for %llu",

@@ -10,120 +10,7 @@
 
 #include "config.h"
 
-#define MIB ((size_t)1 << 20)
-#define VAR "CCI_ALLOC_CONF"
-
-static int passed, failed;
-
-static void check(int ok, int line, const char *what)
-{
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        fprintf(stderr, "FAIL line %d: %s\n", line, what);
-    }
-}
-
-#define CHECK(cond) check(!!(cond), __LINE__, #cond)
-
-// ---- notice capture -------------------------------------------------------------------------
-
-#define MAX_WARN 16
-typedef struct warnings {
-    int n;
-    char line[MAX_WARN][600];
-} warnings;
-
-static void collect(const char *line, void *ud)
-{
-    warnings *w = ud;
-    if (w->n < MAX_WARN)
-        snprintf(w->line[w->n], sizeof w->line[0], "%s", line);
-    w->n++;
-}
-
-static char err[1024];
-static warnings warned;
-
-static int parse(cci_config *c, const char *s)
-{
-    memset(&warned, 0, sizeof warned);
-    memset(err, 'Z', sizeof err);
-    err[sizeof err - 1] = '\0';
-    return cci_config_parse(c, s, VAR, err, sizeof err, collect, &warned);
-}
-
-static int parse_fresh(cci_config *c, const char *s)
-{
-    cci_config_default(c);
-    return parse(c, s);
-}
-
-static int one_line(const char *s)
-{
-    for (; *s; s++)
-        if (*s == '\n' || *s == '\r' || (unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-            return 0;
-    return 1;
-}
-
-static int same_config(const cci_config *a, const cci_config *b)
-{
-    if (a->max_split_size != b->max_split_size || a->max_non_split_rounding != b->max_non_split_rounding ||
-        a->gc_threshold != b->gc_threshold || a->memory_fraction != b->memory_fraction ||
-        a->backend_async != b->backend_async || a->expandable_segments != b->expandable_segments ||
-        a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
-        a->immediate_reuse != b->immediate_reuse ||
-        a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free ||
-        a->intercept_level != b->intercept_level || a->compact_segments != b->compact_segments)
-        return 0;
-    for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
-        if (a->roundup_divisions[i] != b->roundup_divisions[i])
-            return 0;
-    return 1;
-}
-
-// A rejected string: -1, the configuration untouched, no notice, and one line that starts with
-// the variable's name and contains every given fragment (the key, usually, and the problem).
-static void expect_error_at(int line, const char *s, ...)
-{
-    cci_config c, before;
-    cci_config_default(&c);
-    c.max_split_size = 64 * MIB;  // not a default, so "untouched" means something
-    c.roundup_divisions[3] = 2;
-    before = c;
-    int rc = parse(&c, s);
-    char what[4096];
-    snprintf(what, sizeof what, "rejects \"%s\" (rc %d, message \"%s\")", s, rc, err);
-    check(rc == -1, line, what);
-    check(same_config(&c, &before), line, what);
-    check(warned.n == 0, line, what);
-    check(strncmp(err, VAR ": ", strlen(VAR) + 2) == 0, line, what);
-    check(one_line(err), line, what);
-    check(strlen(err) < sizeof err - 1, line, what);
-    check(strstr(err, "expected") != NULL, line, what);
-    va_list ap;
-    va_start(ap, s);
-    for (const char *frag; (frag = va_arg(ap, const char *)) != NULL;) {
-        char w2[4400];
-        snprintf(w2, sizeof w2, "%s: message lacks \"%s\"", what, frag);
-        check(strstr(err, frag) != NULL, line, w2);
-    }
-    va_end(ap);
-}
-
-#define EXPECT_ERROR(s, ...) expect_error_at(__LINE__, s, __VA_ARGS__, (const char *)NULL)
-
-static void expect_ok_at(int line, cci_config *c, const char *s)
-{
-    int rc = parse_fresh(c, s);
-    char what[4096];
-    snprintf(what, sizeof what, "accepts \"%s\" (rc %d, message \"%s\")", s, rc, err);
-    check(rc == 0 && err[0] == '\0', line, what);
-}
-
-#define EXPECT_OK(c, s) expect_ok_at(__LINE__, c, s)
+#include "config_harness.h"
 
 static int all_divisions(const cci_config *c, unsigned v)
 {
@@ -182,7 +69,7 @@ static void test_empty(void)
     // No error buffer and no notice callback are both allowed.
     CHECK(cci_config_parse(&c, "expandable_segments:True", VAR, NULL, 0, NULL, NULL) == 0);
     CHECK(c.expandable_segments == 1);
-    CHECK(cci_config_parse(&c, "bogus:1", VAR, NULL, 0, NULL, NULL) == -1);
+    CHECK(cci_config_parse(&c, "backend:bogus", VAR, NULL, 0, NULL, NULL) == -1);
 }
 
 static void test_backend(void)
@@ -493,7 +380,7 @@ static void test_notices(void)
 
     // A string that fails announces nothing, even for the good keys before the bad one.
     cci_config_default(&c);
-    CHECK(parse(&c, "expandable_segments:True,pinned_num_register_threads:2,bogus:1") == -1);
+    CHECK(parse(&c, "expandable_segments:True,pinned_num_register_threads:2,bogus:1,backend:x") == -1);
     CHECK(warned.n == 0);
     CHECK(c.expandable_segments == 0);
 }
@@ -540,9 +427,8 @@ static void test_structure(void)
     CHECK(parse(&c, "garbage_collection_threshold:0.3") == 0);
     CHECK(c.max_split_size == 40 * MIB && c.gc_threshold == 0.3);
 
-    EXPECT_ERROR("bogus:1", "unknown key 'bogus'", "max_split_size_mb");
-    EXPECT_ERROR("max_split_size_mb:40,Max_Split_Size_MB:40", "'Max_Split_Size_MB'");
     EXPECT_ERROR("max_split_size_mb=40", "'max_split_size_mb=40'", "separated by ':'");
+    EXPECT_ERROR("bogus", "'bogus'", "not a key:value pair");
     EXPECT_ERROR("max_split_size_mb:40,garbage_collection_threshold", "garbage_collection_threshold",
                  "missing ':'");
     EXPECT_ERROR("max_split_size_mb:40,,backend:native", "empty entry");
@@ -562,7 +448,9 @@ static void test_one_line(void)
     // Control characters in the input are escaped, so the message stays one printable line.
     EXPECT_ERROR("max_split_size_mb:1\n2", "max_split_size_mb", "'1\\x0a2'");
     EXPECT_ERROR("max_split_size_mb:\x1b[31m40", "max_split_size_mb", "\\x1b");
-    EXPECT_ERROR("bo\rgus:1", "unknown key 'bo\\x0dgus'");
+    cci_config u;
+    CHECK(parse_fresh(&u, "bo\rgus:1") == 0 && warned.n == 1 && strstr(warned.line[0], "'bo\\x0dgus'") &&
+          one_line(warned.line[0]));
     EXPECT_ERROR("garbage_collection_threshold:0.5\xc3\xa9", "garbage_collection_threshold", "\\xc3\\xa9");
     EXPECT_ERROR("backend:a\\b", "backend", "'a\\\\b'");
 
@@ -581,7 +469,8 @@ static void test_one_line(void)
     EXPECT_ERROR(s, "roundup_power2_divisions", "'3:1'");
     memset(s, 'k', 3000);
     strcpy(s + 3000, ":1");
-    EXPECT_ERROR(s, "unknown key", "...");
+    CHECK(parse_fresh(&u, s) == 0 && warned.n == 1 && strstr(warned.line[0], "...") &&
+          strlen(warned.line[0]) < 300);
 
     // A small buffer gets a truncated but terminated message.
     cci_config c;
@@ -593,30 +482,10 @@ static void test_one_line(void)
     CHECK(cci_config_parse(&c, "max_split_size_mb:1", VAR, small, 1, NULL, NULL) == -1);
     CHECK(small[0] == '\0');
     // The variable name is the caller's: PYTORCH_CUDA_ALLOC_CONF when that is where it came from.
-    CHECK(cci_config_parse(&c, "x:1", "PYTORCH_CUDA_ALLOC_CONF", err, sizeof err, NULL, NULL) == -1);
-    CHECK(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: unknown key 'x'", 40) == 0);
+    CHECK(cci_config_parse(&c, "max_split_size_mb:x", "PYTORCH_CUDA_ALLOC_CONF", err, sizeof err, NULL, NULL) == -1);
+    CHECK(strncmp(err, "PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb", 42) == 0);
 }
 
-static void roundtrip_at(int line, const cci_config *c)
-{
-    char buf[1024];
-    int n = cci_config_format(c, buf, sizeof buf);
-    char what[4096];
-    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
-    check(n > 0 && (size_t)n == strlen(buf), line, what);
-    cci_config d;
-    cci_config_default(&d);
-    int rc = cci_config_parse(&d, buf, VAR, err, sizeof err, NULL, NULL);
-    snprintf(what, sizeof what, "round trip of \"%s\" (%s)", buf, err);
-    check(rc == 0, line, what);
-    check(same_config(c, &d), line, what);
-    // Canonical: printing the parsed copy gives the very same string.
-    char again[1024];
-    cci_config_format(&d, again, sizeof again);
-    check(strcmp(buf, again) == 0, line, what);
-}
-
-#define ROUNDTRIP(c) roundtrip_at(__LINE__, c)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
@@ -756,9 +625,7 @@ static void test_intercept_level(void)
     CHECK(warned.n == 0);
 }
 
-// Random strings stitched from grammar pieces: the parser must answer 0, or -1 with one
-// printable line that names the variable, never touch the configuration on -1, and a string it
-// accepts must print to a canonical form it accepts again.
+
 static void test_fuzz(void)
 {
     static const char *const pieces[] = {

@@ -94,8 +94,19 @@ static void test_rounding(void)
         {512, 2 * MiB}, {MiB, 2 * MiB}, {MiB + 512, 20 * MiB}, {10 * MiB - 512, 20 * MiB},
         {10 * MiB, 10 * MiB}, {11 * MiB + 512, 12 * MiB}, {1280 * MiB, 1280 * MiB},
     };
+    cci_config dflt;
+    cci_config_default(&dflt);
     for (size_t i = 0; i < sizeof seg / sizeof seg[0]; i++)
-        CHECK_EQ_U(cci_segment_size(seg[i].in), seg[i].out, "segment size");
+        CHECK_EQ_U(cci_segment_size(&dflt, seg[i].in), seg[i].out, "segment size");
+    // large_segment_size_mb moves the 1-10 MiB segment (never below the request it serves).
+    cci_config big = dflt, tiny = dflt;
+    CHECK(cci_config_parse(&big, "large_segment_size_mb:64", "T", NULL, 0, NULL, NULL) == 0, "parse");
+    CHECK(cci_config_parse(&tiny, "large_segment_size_mb:4", "T", NULL, 0, NULL, NULL) == 0, "parse");
+    CHECK_EQ_U(cci_segment_size(&big, MiB + 512), 64 * MiB, "large_segment_size_mb:64");
+    CHECK_EQ_U(cci_segment_size(&big, 10 * MiB), 10 * MiB, "10 MiB and up keep their own segment");
+    CHECK_EQ_U(cci_segment_size(&tiny, 3 * MiB), 4 * MiB, "large_segment_size_mb:4 shared");
+    CHECK_EQ_U(cci_segment_size(&tiny, 5 * MiB + 512), 6 * MiB, "larger than the segment: its own");
+    CHECK_EQ_U(cci_segment_size(&big, 512), 2 * MiB, "small pool unchanged");
     CHECK(cci_is_small(MiB) && !cci_is_small(MiB + 512), "pool boundary at 1 MiB");
 }
 

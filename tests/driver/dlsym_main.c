@@ -112,11 +112,15 @@ int main(int argc, char **argv)
     else
         CHECK(our_alloc == real_alloc, "driver level off: dlsym(libcuda, \"cuMemAlloc_v2\") is the driver's");
     check_untouched(names, "driver loaded");
-    CHECK(dlsym(drv, "cuDeviceGet") == glibc_dlsym(drv, "cuDeviceGet") &&
-              dlsym(drv, "cuMemAllocManaged") == glibc_dlsym(drv, "cuMemAllocManaged") &&
+    CHECK(dlsym(drv, "cuDeviceGet") == glibc_dlsym(drv, "cuDeviceGet") && glibc_dlsym(drv, "cuCtxGetDevice") &&
+              dlsym(drv, "cuCtxGetDevice") == glibc_dlsym(drv, "cuCtxGetDevice") &&
               dlsym(drv, "cuMemAlloc") == glibc_dlsym(drv, "cuMemAlloc"),
           "dlsym(libcuda, ...) of names we do not wrap is glibc's answer (cuDeviceGet, "
-          "cuMemAllocManaged, the v1 cuMemAlloc)");
+          "cuCtxGetDevice, the v1 cuMemAlloc)");
+    // Managed memory is wrapped only to be counted (docs/interception-levels.md).
+    void *managed = dlsym(drv, "cuMemAllocManaged");
+    CHECK(on ? managed != glibc_dlsym(drv, "cuMemAllocManaged") : managed == glibc_dlsym(drv, "cuMemAllocManaged"),
+          "dlsym(libcuda, \"cuMemAllocManaged\") is %s", on ? "our wrapper" : "the driver's");
     CHECK(dlsym(names, "cuMemAlloc_v2") == glibc_dlsym(names, "cuMemAlloc_v2"),
           "another library's cuMemAlloc_v2 stays its own once the driver is known");
     dlerror();

@@ -210,6 +210,8 @@ static struct alloc alloc_remove_locked(struct alloc *a)
     g_nallocs--;
     g_dev[r.dev].used -= r.size;
     g_dev[r.dev].live--;
+    if (r.pool)
+        fake_pool_uncharge_locked(r.pool, r.size);
     return r;
 }
 
@@ -236,6 +238,11 @@ static void host_free(const struct alloc *a)
 
 CUresult mem_alloc_core(int dev, size_t size, CUdeviceptr *out)
 {
+    return mem_alloc_core_pool(dev, size, out, NULL);
+}
+
+CUresult mem_alloc_core_pool(int dev, size_t size, CUdeviceptr *out, struct CUmemPoolHandle_st *pool)
+{
     pthread_mutex_lock(&g_lock);
     g_alloc_attempts++;
     if (g_fail_at && g_alloc_attempts >= g_fail_at) {
@@ -252,7 +259,7 @@ CUresult mem_alloc_core(int dev, size_t size, CUdeviceptr *out)
     d->live++;
     pthread_mutex_unlock(&g_lock);
 
-    struct alloc a = {.size = size, .dev = dev};
+    struct alloc a = {.size = size, .dev = dev, .pool = pool};
     void *p = host_alloc(size, &a.mapped);
     a.base = (uintptr_t)p;
 
@@ -265,6 +272,8 @@ CUresult mem_alloc_core(int dev, size_t size, CUdeviceptr *out)
             host_free(&a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (pool)
+        fake_pool_charge_locked(pool, size);
     pthread_mutex_unlock(&g_lock);
     atomic_fetch_add(&g_cnt_allocs, 1);
     *out = (CUdeviceptr)a.base;
@@ -702,9 +711,10 @@ FC_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     ENTER();
     if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
         return CUDA_ERROR_INVALID_VALUE;
-    if (WidthInBytes == 0 || Height == 0 || WidthInBytes > SIZE_MAX - 511)
+    size_t align = fake_texture_alignment();
+    if (WidthInBytes == 0 || Height == 0 || WidthInBytes > SIZE_MAX - (align - 1))
         return CUDA_ERROR_INVALID_VALUE;
-    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    size_t pitch = (WidthInBytes + align - 1) & ~(align - 1);
     if (Height > SIZE_MAX / pitch)
         return CUDA_ERROR_OUT_OF_MEMORY;
     int dev;
@@ -762,7 +772,7 @@ static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream h, 
         r = stream_accepts_locked(s);
     int dev = r ? 0 : s->dev;
     pthread_mutex_unlock(&g_lock);
-    return r ? r : mem_alloc_core(dev, bytesize, dptr);
+    return r ? r : mem_alloc_core_pool(dev, bytesize, dptr, fake_default_pool(dev));
 }
 
 FC_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)

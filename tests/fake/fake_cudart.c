@@ -282,6 +282,11 @@ RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
     if (!devPtr || !pitch)
         return ret(cudaErrorInvalidValue);
     ENTER_OR_RETURN(NULL);
+    if (width == 0 || height == 0) {  /* as the real runtime answers (H200, CUDA 13.0) */
+        *devPtr = NULL;
+        *pitch = 0;
+        return cudaSuccess;
+    }
     CUdeviceptr p;
     CUresult r = D.cuMemAllocPitch_v2(&p, pitch, width, height, 4);
     if (r)

@@ -65,7 +65,12 @@
     X(cuGraphDestroy)              \
     X(fakecu_stream_hold)          \
     X(fakecu_stream_demand)        \
-    X(fakecu_launch)
+    X(fakecu_launch)               \
+    X(cuDeviceGetDefaultMemPool)   \
+    X(cuMemPoolCreate)             \
+    X(cuMemPoolDestroy)            \
+    X(cuMemPoolGetAttribute)       \
+    X(cuMemAllocFromPoolAsync)
 
 #define DECLARE_PTR(name) __typeof__(name) *name;
 struct fcrt_driver {

@@ -160,7 +160,22 @@ struct alloc {
     int dev;
     bool pending_free; /* a stream-ordered free is queued */
     bool mapped;       /* from mmap rather than posix_memalign */
+    struct CUmemPoolHandle_st *pool; /* cuMemAllocFromPoolAsync's pool; NULL: the device's default */
 };
+
+/* A memory pool of the fake (fake_pools.c): its bytes in use and the bytes it holds (grown in
+ * 2 MiB steps to cover them, never trimmed), with their high-water marks, all under g_lock. */
+struct CUmemPoolHandle_st {
+    int dev;
+    size_t used, used_high, reserved, reserved_high;
+};
+/* Under g_lock: an allocation of `size` bytes was made from / given back to `pool`. */
+void fake_pool_charge_locked(struct CUmemPoolHandle_st *pool, size_t size);
+void fake_pool_uncharge_locked(struct CUmemPoolHandle_st *pool, size_t size);
+/* The device's default pool (what cuMemAllocAsync draws from). */
+struct CUmemPoolHandle_st *fake_default_pool(int dev);
+/* mem_alloc_core for a pool's allocation (the pool's bytes are counted with it). */
+CUresult mem_alloc_core_pool(int dev, size_t size, CUdeviceptr *out, struct CUmemPoolHandle_st *pool);
 
 struct device {
     size_t capacity;
@@ -201,6 +216,8 @@ extern pthread_key_t g_ptds_key;
 extern atomic_int g_inited;
 extern atomic_int g_deinit;
 extern int g_ndev;
+/* The pitch alignment of cuMemAllocPitch_v2 (fake_shapes.c). */
+size_t fake_texture_alignment(void);
 extern struct device g_dev[FC_MAX_DEVICES];
 extern struct CUctx_st *g_created_ctxs;
 extern struct CUstream_st *g_all_streams;

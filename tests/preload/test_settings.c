@@ -69,10 +69,21 @@ static void test_config(void)
     cci_settings s = read_with(both);
     CHECK(s.config_ok && strcmp(s.conf_var, "CCI_ALLOC_CONF") == 0 && s.config.immediate_reuse,
           "CCI_ALLOC_CONF wins over PYTORCH_CUDA_ALLOC_CONF");
-    const char *newer[] = {"PYTORCH_ALLOC_CONF", "not_a_key:1", NULL};
+    const char *newer[] = {"PYTORCH_ALLOC_CONF", "max_split_size_mb:x", NULL};
     s = read_with(newer);
-    CHECK(!s.config_ok && strcmp(s.conf_var, "PYTORCH_ALLOC_CONF") == 0 && strstr(s.config_error, "not_a_key"),
+    CHECK(!s.config_ok && strcmp(s.conf_var, "PYTORCH_ALLOC_CONF") == 0 && strstr(s.config_error, "max_split_size_mb"),
           "a bad string is kept with its error for start-up to report: '%s'", s.config_error);
+    // PyTorch's order: PYTORCH_CUDA_ALLOC_CONF before the generic PYTORCH_ALLOC_CONF.
+    const char *pytorch[] = {"PYTORCH_ALLOC_CONF", "max_split_size_mb:128", "PYTORCH_CUDA_ALLOC_CONF",
+                             "max_split_size_mb:64", NULL};
+    s = read_with(pytorch);
+    CHECK(s.config_ok && strcmp(s.conf_var, "PYTORCH_CUDA_ALLOC_CONF") == 0 && s.config.max_split_size == (size_t)64 << 20,
+          "PYTORCH_CUDA_ALLOC_CONF wins over PYTORCH_ALLOC_CONF");
+    // A key nobody knows is a notice, kept for start-up to print; the rest applies.
+    const char *unknown[] = {"CCI_ALLOC_CONF", "not_a_key:1,immediate_reuse:True", NULL};
+    s = read_with(unknown);
+    CHECK(s.config_ok && s.config.immediate_reuse && s.nnotices == 1 && strstr(s.notices[0], "not_a_key"),
+          "an unknown key is one notice: '%s'", s.nnotices ? s.notices[0] : "");
     const char *none[] = {NULL};
     s = read_with(none);
     CHECK(s.config_ok && !s.conf_set && !s.disabled && s.dump_signal == SIGUSR1 && s.rank == -1 &&

@@ -129,6 +129,12 @@ def scenario_active(opts):
             report_figures.update(dev.get(group, {}))
         for key in ('largest_free_block', 'device_capacity'):
             report_figures[key] = dev.get(key)
+        # Memory passed to CUDA and counted (managed, other pools): families and figures.
+        for key, value in dev.get('outside', {}).items():
+            if isinstance(value, dict):
+                report_figures.update({f'{key}.{part}': n for part, n in value.items()})
+            else:
+                report_figures[key] = value
         check(set(report_figures) == set(s), 'memory_stats() has every figure of the JSON report and no other',
               f'only in the report: {sorted(set(report_figures) - set(s))}\n'
               f'only in memory_stats(): {sorted(set(s) - set(report_figures))}')
@@ -164,7 +170,7 @@ def scenario_active(opts):
                   r.get('vmm_calls'), 'replay(trace, conf): the configuration reaches ccreplay', r)
         except ccinterpose.ReplayError as e:
             check(False, 'replay(trace) ran', e)
-        for bad, words in ((dict(trace=trace, conf='bogus:1'), "unknown key 'bogus'"),
+        for bad, words in ((dict(trace=trace, conf='max_split_size_mb:5'), 'max_split_size_mb'),
                            (dict(trace=os.path.join(tmp, 'missing.trace')), 'cannot open')):
             try:
                 ccinterpose.replay(**bad)
