@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "allocator.h"
+#include "tuner.h"
 #include "vmm_counts.h"
 
 typedef enum cci_report_format { CCI_REPORT_TEXT, CCI_REPORT_JSON, CCI_REPORT_HTML } cci_report_format;
@@ -144,6 +145,7 @@ typedef struct cci_report_whatif_row {
     uint64_t peak_allocated;
     uint64_t num_device_alloc;
     uint64_t num_ooms;
+    cci_tuner_calls calls;     ///< the device calls the replay made (what the tuner weighs)
 } cci_report_whatif_row;
 
 /// What-ifs: the program's allocation history, kept in memory by the preload, replayed at exit

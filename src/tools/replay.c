@@ -262,6 +262,8 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         res->peak_allocated += (uint64_t)st.allocated_bytes[CCI_POOL_ALL].peak;
         res->peak_reserved += (uint64_t)st.reserved_bytes[CCI_POOL_ALL].peak;
         res->num_device_alloc += st.num_device_alloc;
+        res->num_device_free += st.num_device_free;
+        res->device_alloc_bytes += (uint64_t)st.reserved_bytes[CCI_POOL_ALL].allocated;
         res->num_ooms += st.num_ooms;
         res->num_alloc_retries += st.num_alloc_retries;
         res->num_fence_records += st.num_fence_records;

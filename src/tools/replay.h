@@ -21,6 +21,8 @@ typedef struct cci_replay_result {
     uint64_t peak_allocated;    ///< summed over devices
     uint64_t peak_reserved;
     uint64_t num_device_alloc;
+    uint64_t num_device_free;    ///< segments given back (summed over devices)
+    uint64_t device_alloc_bytes; ///< bytes of the segments allocated (summed; sizes cudaMalloc's cost)
     uint64_t num_ooms;
     uint64_t num_alloc_retries;
     uint64_t num_fence_records;  ///< fences the allocators recorded (summed over devices)

@@ -288,6 +288,7 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, size_t pickle
     }
     if (spend(path, &budget, traces->c.n, cap, err, errlen))
         return -1;
+    uint64_t first_us = UINT64_MAX, last_us = 0;  // the run's span, where events carry time_us
     for (size_t d = 0; d < traces->c.n; d++) {
         const cci_pv *evs = traces->c.v[d];
         if (!is_list(evs)) {
@@ -329,12 +330,18 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, size_t pickle
                                  .device = (uint32_t)d, .action = (uint8_t)action};
             if (action == CCI_EV_OOM)
                 t->recorded_ooms++;
+            const cci_pv *tu = cci_pv_get(ev, "time_us");
+            if (tu && tu->type == CCI_PV_INT && (tu->is_u64 || tu->i >= 0)) {
+                first_us = tu->u < first_us ? tu->u : first_us;
+                last_us = tu->u > last_us ? tu->u : last_us;
+            }
             if (cci_trace_push(t, &e) != 0) {
                 snprintf(err, errlen, "%s: out of memory after %zu events", path, t->n);
                 return -1;
             }
         }
     }
+    t->duration_us = first_us != UINT64_MAX && last_us > first_us ? last_us - first_us : 0;
     return 0;
 }
 
