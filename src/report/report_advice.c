@@ -100,11 +100,9 @@ static int stated(const cci_report_device *d, const char *conf)
 static void gain(cci_sb *b, const cci_report_device *d, const cci_report_whatif_row *r)
 {
     const cci_report_whatif *w = &d->whatif;
-    if (*r->conf)
-        cci__sb_printf(b, "%s", r->conf);
-    else
-        cci__sb_puts(b, "the defaults (CCI_ALLOC_CONF unset)");
-    if (*r->conf && stated(d, r->conf)) {
+    const char *name = *r->conf ? r->conf : "the defaults (CCI_ALLOC_CONF unset)";
+    cci__sb_puts(b, name);
+    if (stated(d, name)) {
         cci__sb_puts(b, " (above)");
         return;
     }
@@ -277,6 +275,11 @@ static void rule_waste(cci_report_device *d)
         const cci_report_whatif_row *r = find_conf(w, vmm_modes[m]);
         if (!r || r == rec || !is_lower(w, r) || r->peak_reserved >= rec->peak_reserved)
             continue;
+        cci_tuner_row tr, tc;
+        cci__whatif_tuner_row(r, &tr);
+        cci__whatif_tuner_row(&w->current, &tc);
+        if (cci_tuner_call_us(&tr.calls) - cci_tuner_call_us(&tc.calls) <= cci_tuner_allowance_us(cci__run_seconds(d)))
+            continue;  // passed over for a gain too small to matter, not for its calls
         cci__sb_puts(&b, " Passed over by the rule for its device calls: ");
         gain(&b, d, r);
         cci__sb_puts(&b, ".");
