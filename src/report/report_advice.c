@@ -230,7 +230,7 @@ static void rule_oversize_idle(cci_report_device *d)
                    "%s, %s sat free in blocks of max_split_size_mb:%llu or more (free in blocks >= "
                    "max_split_size; oversize_segments.peak = %lld). Such a block serves only a request at most "
                    "max_non_split_rounding_mb smaller than itself, so most requests pass it by.",
-                   d->frag_peak.valid ? "At peak reserved" : "At exit",
+                   d->frag_peak.valid ? "At peak reserved" : cci__When(d),
                    cci__human((int64_t)f->oversize_free, h1, sizeof h1), (unsigned long long)(st->max_split_size / CCI_MIB),
                    (long long)st->oversize_segments.peak);
     if (nolimit) {
@@ -299,7 +299,7 @@ static void rule_fragmentation(cci_report_device *d)
                    "Fragmentation ratio %s is %.2f: %s free in %llu blocks, the largest only %s. Any larger "
                    "request needs a new segment. Short-lived allocations between long-lived ones cause this; "
                    "allocating long-lived buffers first keeps the holes together.",
-                   d->frag_peak.valid ? "at peak" : "at exit", f->ratio,
+                   d->frag_peak.valid ? "at peak" : cci__when(d), f->ratio,
                    cci__human((int64_t)f->cached_free, h1, sizeof h1), (unsigned long long)f->free_blocks,
                    cci__human((int64_t)f->largest_free, h2, sizeof h2));
     if (measured(d))

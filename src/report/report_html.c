@@ -64,7 +64,7 @@ static void summary(cci_sb *b, const cci_report_device *d)
 static void frag_table(cci_sb *b, const cci_report_device *d)
 {
     cci__sb_printf(b, "<table class=\"frag\" id=\"frag-%d\"><thead><tr><th class=\"l\">Figure</th><th>At peak reserved</th>"
-                   "<th>At exit</th></tr></thead><tbody>\n", d->device);
+                   "<th>%s</th></tr></thead><tbody>\n", d->device, cci__When(d));
     for (size_t i = 0; i < cci__frag_nrows; i++) {
         char v[2][24];
         const cci_frag_row *r = &cci__frag_rows[i];
@@ -209,9 +209,15 @@ static void device(cci_sb *b, const cci_report_device *d)
 {
     char h[16];
     cci__sb_printf(b, "<section class=\"device\" id=\"device-%d\">\n<h2>Device %d</h2>\n", d->device, d->device);
-    cci__sb_printf(b, "<p class=\"counts\">CUDA OOMs: %llu | cudaMalloc retries: %llu | device capacity: %s</p>\n",
+    cci__sb_printf(b, "<p class=\"counts\">CUDA OOMs: %llu | cudaMalloc retries: %llu | device capacity: %s",
                    (unsigned long long)d->stats.num_ooms, (unsigned long long)d->stats.num_alloc_retries,
                    d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h) : "unknown");
+    if (*d->device_kind) {
+        cci__sb_printf(b, " | <span class=\"simulated\" id=\"device-kind-%d\">", d->device);
+        cci__sb_html(b, d->device_kind);
+        cci__sb_puts(b, "</span>");
+    }
+    cci__sb_puts(b, "</p>\n");
     cci__sb_printf(b, "<h3>Advice</h3>\n<ul class=\"advice\" id=\"advice-%d\">\n", d->device);
     for (size_t k = 0; k < d->nadvice; k++) {
         cci__sb_printf(b, "<li data-rule=\"%s\">", d->advice[k].rule);
@@ -223,20 +229,21 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__sb_puts(b, "<h3>Allocated and reserved bytes over time</h3>\n");
     timeline(b, d);
     cci__vmm_html(b, d);
-    cci__sb_printf(b, "<h3>Segments at peak reserved and at exit</h3>\n"
+    cci__sb_printf(b, "<h3>Segments at peak reserved and %s</h3>\n"
                    "<div class=\"legend\"><span><i class=\"sw\" style=\"background:%s\"></i>allocated</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>free (cached)</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>freed, waiting for a stream</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>unmapped (expandable segment)</span>"
                    "<span>one row per segment, largest first; hover a block for its size, state%s</span></div>\n",
-                   C_ALLOCATED, C_FREE, C_WAITING, C_UNMAPPED, d->stacks ? " and call site (at exit)" : "");
+                   cci__when(d), C_ALLOCATED, C_FREE, C_WAITING, C_UNMAPPED,
+                   d->stacks ? (d->live ? " and call site (at the time of the dump)" : " and call site (at exit)") : "");
     cci__sb_puts(b, "<h4>At peak reserved</h4>\n");
     if (d->have_peak)
         cci__segment_map_html(b, d, &d->peak, "segmap-peak", 0);
     else
         cci__sb_printf(b, "<p class=\"proc\" id=\"segmap-peak-%d\">Not recorded (peak tracking was off).</p>\n",
                        d->device);
-    cci__sb_puts(b, "<h4>At exit</h4>\n");
+    cci__sb_printf(b, "<h4>%s</h4>\n", cci__When(d));
     cci__segment_map_html(b, d, &d->now, "segmap-exit", 1);
     cci__holders_html(b, d);
     cci__sb_puts(b, "<div class=\"tables\"><div><h3>Fragmentation</h3>\n");
@@ -259,7 +266,8 @@ void cci__report_html(cci_sb *b, const cci_report_snapshot *s)
     cci__sb_html(b, s->program);
     cci__sb_printf(b, ", pid %ld, rank %d, host ", s->pid, s->rank);
     cci__sb_html(b, s->host);
-    cci__sb_printf(b, ", %s</p>\n", s->time_utc);
+    cci__sb_printf(b, ", %s%s</p>\n", s->time_utc,
+                   s->ndevices && s->devices[0].live ? " (live dump: the program was still running)" : "");
     for (int i = 0; i < s->ndevices; i++)
         device(b, &s->devices[i]);
     if (s->ndevices == 0)

@@ -87,6 +87,15 @@ void cci__advice_compute(cci_report_device *d);
 /// Frees the advice texts (before recomputing them, and with the device).
 void cci__advice_clear(cci_report_device *d);
 /// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)", the one phrasing of a replayed gain.
+/// When the "now" figures were taken: "at exit", or "at the time of the dump" for a live dump.
+static inline const char *cci__when(const cci_report_device *d)
+{
+    return d->live ? "at the time of the dump" : "at exit";
+}
+static inline const char *cci__When(const cci_report_device *d)
+{
+    return d->live ? "At the time of the dump" : "At exit";
+}
 /// The run's duration in seconds from the device's timeline (first to last sample, monotonic clock);
 /// 0 when unknown. The tuner's scale for call costs.
 double cci__run_seconds(const cci_report_device *d);
