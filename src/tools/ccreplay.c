@@ -122,7 +122,16 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
                (unsigned long long)v->churn_slack, cci_vmm_estimated_us(v));
     else
         printf("\"vmm_calls\": null, ");
-    printf("\"replay_seconds\": %.6f}\n", secs);
+    printf("\"simulated_device\": true, \"first_ooms\": [");
+    for (size_t k = 0; k < r->nfirst_ooms; k++) {
+        const cci_replay_oom *o = &r->first_ooms[k];
+        printf("%s{\"event\": %llu, \"device\": %u, \"recorded\": %s, \"size\": %llu, \"device_free\": %llu, "
+               "\"reserved\": %llu, \"largest_free_block\": %llu}",
+               k ? ", " : "", (unsigned long long)o->event, o->device, o->recorded ? "true" : "false",
+               (unsigned long long)o->size, (unsigned long long)o->device_free, (unsigned long long)o->reserved,
+               (unsigned long long)o->largest_free);
+    }
+    printf("], \"replay_seconds\": %.6f}\n", secs);
 }
 
 static void print_text(const char *path, const char *conf, size_t capacity, const cci_trace *t,
@@ -134,9 +143,9 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
         printf("recorded under      %s\n", t->config);
     printf("configuration       %s\n", *conf ? conf : "(PyTorch defaults)");
     if (capacity)
-        printf("device capacity     %.1f MiB\n", mib(capacity));
+        printf("device              simulated, capacity %.1f MiB\n", mib(capacity));
     else
-        printf("device capacity     unlimited\n");
+        printf("device              simulated, capacity unlimited\n");
     printf("events              %llu (%.1f M events/s)\n", (unsigned long long)r->events,
            secs > 0 ? (double)r->events / secs / 1e6 : 0.0);
     printf("peak allocated      %.1f MiB\n", mib(r->peak_allocated));
@@ -144,6 +153,16 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("reserved/allocated  %.3f\n", ratio);
     printf("device allocations  %llu\n", (unsigned long long)r->num_device_alloc);
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
+    for (size_t k = 0; k < r->nfirst_ooms; k++) {
+        const cci_replay_oom *o = &r->first_ooms[k];
+        printf("%sevent %llu (device %u%s): %.1f MiB requested; device free %.1f MiB, reserved %.1f MiB, "
+               "largest cached free block %.1f MiB\n",
+               k ? "                    " : "first OOMs          ", (unsigned long long)o->event, o->device,
+               o->recorded ? ", an OOM of the trace" : "", mib(o->size), mib(o->device_free), mib(o->reserved),
+               mib(o->largest_free));
+    }
+    if (r->num_ooms > r->nfirst_ooms)
+        printf("                    (%llu more)\n", (unsigned long long)(r->num_ooms - r->nfirst_ooms));
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
     if (o->fenced)
         printf("fenced frees        fences pass %llu fence record%s late; %u stream%s, %u busy%s\n",

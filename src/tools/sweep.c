@@ -306,7 +306,7 @@ static void print_json(FILE *out, const cci_trace *t, const char *name, size_t c
 {
     fprintf(out, "{\"trace\": ");
     json_str(out, name);
-    fprintf(out, ", \"events\": %zu, \"capacity_bytes\": %llu, \"duration_us\": %llu, \"rule\": ", t->n,
+    fprintf(out, ", \"events\": %zu, \"simulated_device\": true, \"capacity_bytes\": %llu, \"duration_us\": %llu, \"rule\": ", t->n,
             (unsigned long long)capacity, (unsigned long long)t->duration_us);
     json_str(out, rule);
     fprintf(out, ", \"recommended\": ");
@@ -367,7 +367,8 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
     char cap[64] = "unlimited";
     if (capacity)
         snprintf(cap, sizeof cap, "%.1f MiB", mib(capacity));
-    fprintf(out, "sweep of %s: %zu events, device capacity %s, %zu configurations\n", name, t->n, cap, n);
+    fprintf(out, "sweep of %s: %zu events, simulated device of capacity %s, %zu configurations\n", name, t->n, cap,
+            n);
     if (!capacity)
         fprintf(out, "not swept: garbage_collection_threshold (needs --capacity)\n");
     fputc('\n', out);
