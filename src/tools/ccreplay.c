@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "replay.h"
+#include "report.h"
 #include "sweep.h"
 
 static void usage(FILE *f)
@@ -155,11 +156,14 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
     for (size_t k = 0; k < r->nfirst_ooms; k++) {
         const cci_replay_oom *o = &r->first_ooms[k];
-        printf("%sevent %llu (device %u%s): %.1f MiB requested; device free %.1f MiB, reserved %.1f MiB, "
-               "largest cached free block %.1f MiB\n",
+        char h[4][32];
+        printf("%sevent %llu (device %u%s): %s requested; device free %s, reserved %s, largest cached free "
+               "block %s\n",
                k ? "                    " : "first OOMs          ", (unsigned long long)o->event, o->device,
-               o->recorded ? ", an OOM of the trace" : "", mib(o->size), mib(o->device_free), mib(o->reserved),
-               mib(o->largest_free));
+               o->recorded ? ", an OOM of the trace" : "", cci_report_bytes((int64_t)o->size, h[0], sizeof h[0]),
+               cci_report_bytes((int64_t)o->device_free, h[1], sizeof h[1]),
+               cci_report_bytes((int64_t)o->reserved, h[2], sizeof h[2]),
+               cci_report_bytes((int64_t)o->largest_free, h[3], sizeof h[3]));
     }
     if (r->num_ooms > r->nfirst_ooms)
         printf("                    (%llu more)\n", (unsigned long long)(r->num_ooms - r->nfirst_ooms));
