@@ -30,7 +30,14 @@ static const char *const css =
     ".counts{font-size:14px;margin:6px 0}.legend span{display:inline-block;margin-right:16px;font-size:13px}"
     ".sw{display:inline-block;width:12px;height:12px;vertical-align:-1px;margin-right:4px;border:1px solid #718096}"
     "ul.advice li{margin:6px 0;max-width:950px}code{background:#edf2f7;padding:1px 4px;word-break:break-all}"
-    "svg text{font-family:inherit;font-size:11px;fill:#2d3748}";
+    "svg text{font-family:inherit;font-size:11px;fill:#2d3748}"
+    // The configuration wraps between its keys only: a token such as immediate_reuse:False is
+    // never cut, whatever the width (tests/report/test_html.py checks 1400 and 800 px).
+    "p.conf{line-height:1.7}p.conf code.tok{white-space:nowrap;word-break:keep-all;margin-right:2px}"
+    // A narrow window scales the drawings down (they have a viewBox) and lets a wide table
+    // scroll inside its own box rather than run past the page over its neighbours.
+    "svg{max-width:100%;height:auto}.tables>div{max-width:100%;overflow-x:auto}"
+    "table.whatif,table.vmm,table.leaks,table.holders{display:block;max-width:100%;overflow-x:auto}";
 
 #define num cci__svg_num
 
@@ -205,6 +212,26 @@ static void advice_html(cci_sb *b, const char *text)
         cci__sb_puts(b, "</code>");
 }
 
+// One <code class="tok"> per key (and per element of a bracketed list), its comma kept, with a
+// space between tokens: the only places a line may break. Pasted back, the spaces are ignored by
+// the grammar.
+static void config_tokens(cci_sb *b, const char *conf)
+{
+    char tok[256];
+    for (const char *p = conf; *p;) {
+        size_t n = strcspn(p, ",");
+        if (p[n] == ',')
+            n++;
+        size_t k = n < sizeof tok - 1 ? n : sizeof tok - 1;
+        memcpy(tok, p, k);
+        tok[k] = 0;
+        cci__sb_puts(b, p == conf ? "<code class=\"tok\">" : " <code class=\"tok\">");
+        cci__sb_html(b, tok);
+        cci__sb_puts(b, "</code>");
+        p += n;
+    }
+}
+
 static void device(cci_sb *b, const cci_report_device *d)
 {
     char h[16];
@@ -251,9 +278,9 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__sb_puts(b, "</div><div><h3>Memory summary</h3>\n");
     summary(b, d);
     cci__sb_puts(b, "</div></div>\n");
-    cci__sb_puts(b, "<h3>Configuration</h3>\n<p><code>");
-    cci__sb_html(b, d->config);
-    cci__sb_puts(b, "</code></p>\n</section>\n");
+    cci__sb_printf(b, "<h3>Configuration</h3>\n<p class=\"conf\" id=\"conf-%d\">", d->device);
+    config_tokens(b, d->config);
+    cci__sb_puts(b, "</p>\n</section>\n");
 }
 
 void cci__report_html(cci_sb *b, const cci_report_snapshot *s)
