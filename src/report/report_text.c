@@ -197,8 +197,7 @@ static void wrapped(cci_sb *b, const char *first, const char *indent, const char
         if (!*p)
             break;
         const char *w = p;
-        while (*p && *p != ' ')
-            p++;
+        p += cci_tuner_word_len(p);  // a number keeps its unit on its line
         size_t len = (size_t)(p - w);
         if (!first_word && col + 1 + len > WRAP) {
             cci__sb_putc(b, '\n', 1);

@@ -99,6 +99,18 @@ size_t cci_tuner_choose(const cci_tuner_row *rows, size_t n, size_t ref, double 
     return pick == n ? ref : pick;
 }
 
+size_t cci_tuner_word_len(const char *p)
+{
+    size_t w = strcspn(p, " ");
+    if (w && p[w] == ' ' && p[w - 1] >= '0' && p[w - 1] <= '9') {
+        const char *q = p + w + 1;
+        size_t u = strcspn(q, " ");
+        if (u && u <= 4 && !(q[0] >= '0' && q[0] <= '9'))
+            w += 1 + u;
+    }
+    return w;
+}
+
 // "12.3": one decimal, locale-proof.
 static const char *dec1(double v, char *buf, size_t len)
 {

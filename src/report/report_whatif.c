@@ -106,7 +106,7 @@ static void rule_line(cci_sb *b, const cci_report_device *d)
     size_t col = 3;
     cci__sb_puts(b, "  (");
     for (const char *p = rule; *p;) {
-        size_t w = strcspn(p, " ");
+        size_t w = cci_tuner_word_len(p);
         if (col > 3 && col + 1 + w > 100) {
             cci__sb_puts(b, "\n   ");
             col = 3;

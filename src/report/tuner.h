@@ -60,4 +60,8 @@ size_t cci_tuner_recommendation_text(char *buf, size_t len, const cci_tuner_row 
 /// "X MiB instead of Y MiB (−Z %)": the measured gain of rec over ref, in the one phrasing.
 size_t cci_tuner_gain_text(char *buf, size_t len, const cci_tuner_row *rec, const cci_tuner_row *ref);
 
+/// Bytes of the next unbreakable run of `p` for a word wrapper: one word, or a number and the short
+/// unit after it ("13.4 ms", "20.8 %)"), which a line break must not part.
+size_t cci_tuner_word_len(const char *p);
+
 #endif

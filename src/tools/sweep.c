@@ -255,7 +255,7 @@ static void wrap(FILE *out, const char *text, size_t used, size_t indent)
     for (const char *p = text; *p;) {
         while (*p == ' ')
             p++;
-        size_t w = strcspn(p, " ");
+        size_t w = cci_tuner_word_len(p);
         if (!w)
             break;
         if (col > indent && col + 1 + w > width) {
@@ -395,12 +395,21 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
     fputs("  (", out);
     wrap(out, rule, 3, 3);
     print_gain(out, rec, seed, "the common advice " SEED_ADVICE);
-    if (lowest->res.peak_reserved < rec->res.peak_reserved)
+    if (lowest->res.peak_reserved < rec->res.peak_reserved) {
+        double extra = call_us(lowest) - call_us(def), allowed = cci_tuner_allowance_us(duration_s);
         fprintf(out,
                 "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device calls, about %.1f ms estimated "
-                "(the default: %llu, %.1f ms); passed over by the rule\n",
+                "(the default: %llu, %.1f ms); passed over by the rule: ",
                 mib(lowest->res.peak_reserved), lowest->conf, (unsigned long long)call_count(lowest),
                 call_us(lowest) / 1000.0, (unsigned long long)call_count(def), call_us(def) / 1000.0);
+        if (lowest->res.num_ooms > rec->res.num_ooms)
+            fprintf(out, "more OOMs\n");
+        else if (extra > allowed)
+            fprintf(out, "%.1f ms more than the default's calls, over the %.1f ms allowed\n", extra / 1000.0,
+                    allowed / 1000.0);
+        else
+            fprintf(out, "its peak is within the margin of the recommendation's, with more keys\n");
+    }
     rc = 0;
 out:
     free(rows);
