@@ -113,8 +113,7 @@ def main():
             seen.add(name)
             if loose(m.group(3)) != loose(outputs[name]):
                 stale.append(f"{os.path.relpath(path, ROOT)}: {name}")
-            # Rewritten only when stale: a run of another length leaves the block as it is.
-            return m.group(0) if loose(m.group(3)) == loose(outputs[name]) else m.group(1) + outputs[name] + m.group(4)
+            return m.group(1) + outputs[name] + m.group(4)
         new = BLOCK.sub(repl, text)
         if new != text and not args.check:
             open(path, "w", encoding="utf-8").write(new)

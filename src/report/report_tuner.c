@@ -200,7 +200,7 @@ size_t cci_tuner_cost_text(char *buf, size_t len, const cci_tuner_row *rec, cons
         (unsigned long long)cci_tuner_call_count(&ref->calls), span(us, t1, sizeof t1), span(ref_us, t2, sizeof t2));
     if (us > ref_us)
         PUT("; %s more is %s %% of %s %s)", span(us - ref_us, t3, sizeof t3),
-            dec1(100.0 * (us - ref_us) / scale, pc, sizeof pc), duration_s > 0 ? "the run's" : "an assumed",
+            dec2(100.0 * (us - ref_us) / scale, pc, sizeof pc), duration_s > 0 ? "the run's" : "an assumed",
             span(scale, t2, sizeof t2));
     else
         PUT(")");
