@@ -141,7 +141,7 @@ static int dump(const char *pattern, const char *format, int force, cci_report_m
     if (s.ndevices)           // the backend exists once an allocator does
         cci_report_fill_vmm_pool(&s, cci_cuda_backend());  // pages in the VMM pool, host data only
     if (simulated_device())
-        cci_report_set_device_kind(&s, "simulated device: the fake CUDA of the test suite, host memory, no GPU");
+        cci_report_set_device_kind(&s, "simulated device (the test suite's fake CUDA: host memory, no GPU)");
     return cci_report_dump_snapshot(&s, pattern, format, force, measure, NULL);
 }
 

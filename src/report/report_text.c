@@ -267,10 +267,10 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         }
         conf[o] = '\0';
         wrapped(b, "Configuration: ", "  ", conf);
-        cci__sb_printf(b, "Device capacity: %s%s%s%s\n",
+        cci__sb_printf(b, "Device capacity: %s%s%s\n",
                        d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h)
                                                 : "unknown",
-                       *d->device_kind ? " (" : "", d->device_kind, *d->device_kind ? ")" : "");
+                       *d->device_kind ? ", of a " : "", d->device_kind);
         // Only programs that used fenced frees get the line, so every other report reads as before.
         if (d->stats.num_fence_records) {
             cci__sb_printf(b, "Fenced frees: %llu fence%s recorded, the host waited for %llu",
