@@ -481,6 +481,7 @@ static void to_row(cci_report_whatif_row *d, const cci_sweep_row *s)
     d->peak_allocated = s->res.peak_allocated;
     d->num_device_alloc = s->res.num_device_alloc;
     d->num_ooms = s->res.num_ooms;
+    cci_sweep_tuner_calls(&s->res, &d->calls);
 }
 
 static const cci_sweep_row *rank_base;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "reporting.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -122,6 +123,10 @@ static int collect(cci_allocator **allocs, cci_report_timeline **tls)
     return n;
 }
 
+// The test suite's fake CUDA (tests/fake) exports its own inspection functions: a report of a run
+// on it names the device as simulated, so nobody takes its figures for a GPU's.
+static int simulated_device(void) { return cci_real_dlsym(RTLD_DEFAULT, "fakecu_used_bytes") != NULL; }
+
 // The live dump, the opt-in API's dump and the exit report: one snapshot, the call sites
 // (CCI_STACKS) added as plain data, the what-ifs measured when `measure` is given, then printed.
 static int dump(const char *pattern, const char *format, int force, cci_report_measure_fn measure)
@@ -137,6 +142,8 @@ static int dump(const char *pattern, const char *format, int force, cci_report_m
     cci_callsites_fill(&s);   // who holds the memory (CCI_STACKS), as plain data in the snapshot
     if (s.ndevices)           // the backend exists once an allocator does
         cci_report_fill_vmm_pool(&s, cci_cuda_backend());  // pages in the VMM pool, host data only
+    if (simulated_device())
+        cci_report_set_device_kind(&s, "simulated device (the test suite's fake CUDA: host memory, no GPU)");
     return cci_report_dump_snapshot(&s, pattern, format, force, measure, NULL);
 }
 

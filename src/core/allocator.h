@@ -148,6 +148,9 @@ void cci_alloc_stats(cci_allocator *a, cci_stats *out);
 void cci_alloc_reset_peaks(cci_allocator *a);
 const cci_config *cci_allocator_config(const cci_allocator *a);
 int cci_allocator_device(const cci_allocator *a);
+/// 1 when the allocator runs on the simulated device of backend.h (tests, ccreplay): reports
+/// name such a device as simulated.
+int cci_allocator_simulated(const cci_allocator *a);
 
 // ---- snapshot of the block layout (for reports and for the model check) -------------------
 typedef struct cci_block_desc {

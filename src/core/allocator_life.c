@@ -197,3 +197,4 @@ void cci_alloc_reset_peaks(cci_allocator *a)
 
 const cci_config *cci_allocator_config(const cci_allocator *a) { return &a->cfg; }
 int cci_allocator_device(const cci_allocator *a) { return a->device; }
+int cci_allocator_simulated(const cci_allocator *a) { return a->be.ops == cci_sim_backend(NULL).ops; }

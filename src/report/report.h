@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "allocator.h"
+#include "tuner.h"
 #include "vmm_counts.h"
 
 typedef enum cci_report_format { CCI_REPORT_TEXT, CCI_REPORT_JSON, CCI_REPORT_HTML } cci_report_format;
@@ -144,6 +145,7 @@ typedef struct cci_report_whatif_row {
     uint64_t peak_allocated;
     uint64_t num_device_alloc;
     uint64_t num_ooms;
+    cci_tuner_calls calls;     ///< the device calls the replay made (what the tuner weighs)
 } cci_report_whatif_row;
 
 /// What-ifs: the program's allocation history, kept in memory by the preload, replayed at exit
@@ -207,6 +209,10 @@ typedef struct cci_report_device {
     cci_report_misses misses;
     int have_timeline;
     char config[1024];           ///< effective configuration, CCI_ALLOC_CONF grammar
+    int live;                    ///< taken while the program runs (SIGUSR1, cci_dump_report): figures
+                                 ///< are "at the time of the dump" and blocks in use are not leaks
+    char device_kind[128];       ///< "" for a CUDA device; else what the device is, e.g. a
+                                 ///< simulated one (printed in every format)
     int expandable_requested;    ///< expandable_segments:True was asked for
     cci_report_whatif whatif;    ///< replayed alternatives (measured by the preload at exit)
     // The VMM backend's page pool now: released pages it keeps to map again, device memory that
@@ -255,7 +261,8 @@ void cci_report_holders_free(cci_report_holders *h);
 typedef void (*cci_report_measure_fn)(cci_report_snapshot *s, void *ud);
 /// Writes the snapshot to the destination (as cci_report_dump does after taking it) and frees
 /// it in every case: for callers that add data (call sites, what-ifs) to a snapshot they took.
-/// measure may be NULL.
+/// measure may be NULL. force = 1 is a dump while the program runs (the devices are marked live
+/// and labelled "at the time of the dump"); 0 the exit report.
 int cci_report_dump_snapshot(cci_report_snapshot *s, const char *pattern, const char *format, int force,
                              cci_report_measure_fn measure, void *ud);
 /// 1 when some device ever asked the device for memory through us: the exit report is printed
@@ -278,6 +285,10 @@ int cci_report_render(cci_report_format fmt, const cci_report_snapshot *s, char 
 int cci_report_write(int fd, cci_report_format fmt, const cci_report_snapshot *s);
 /// write(2) until done, retrying on EINTR and short writes. Async-signal-safe. 0 or -1.
 int cci_report_write_all(int fd, const char *buf, size_t len);
+
+/// Marks every device of the snapshot as a simulated one: `what` says which (e.g. "simulated
+/// device (the fake CUDA: host memory, no GPU)"); every format prints it next to the capacity.
+void cci_report_set_device_kind(cci_report_snapshot *s, const char *what);
 
 /// "1.5 MiB": a byte count in the largest binary unit that keeps the number >= 1 (the unit every
 /// report uses).

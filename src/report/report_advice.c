@@ -81,41 +81,51 @@ static const cci_report_whatif_row *find_conf(const cci_report_whatif *w, const 
     return NULL;
 }
 
-// The best lower row (rows are ranked), or NULL when the current setting is the best.
-static const cci_report_whatif_row *best_lower(const cci_report_whatif *w)
-{
-    for (size_t i = 0; i < w->nrows; i++)
-        if (is_lower(w, &w->rows[i]))
-            return &w->rows[i];
-    return NULL;
-}
-
 static double mib(uint64_t b) { return (double)b / (double)CCI_MIB; }
 
-/// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)": the one phrasing of a measured
-/// gain, shared by every rule.
-void cci__whatif_gain(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r)
+// 1 when an earlier paragraph of this device already named `conf` as a setting (followed by a
+// non-key character): each distinct suggestion is spelled out once, later ones point back to it.
+static int stated(const cci_report_device *d, const char *conf)
 {
-    uint64_t now = w->current.peak_reserved;
-    if (*r->conf)
-        cci__sb_printf(b, "%s", r->conf);
-    else
-        cci__sb_puts(b, "the defaults (CCI_ALLOC_CONF unset)");
-    cci__sb_printf(b, " would have peaked at %.1f MiB instead of %.1f MiB (\xe2\x88\x92%.1f %%)", mib(r->peak_reserved),
-                   mib(now), now ? 100.0 * (double)(now - r->peak_reserved) / (double)now : 0.0);
+    size_t n = strlen(conf);
+    for (size_t k = 0; n && k < d->nadvice; k++)
+        for (const char *p = d->advice[k].text; p && (p = strstr(p, conf)) != NULL; p += n)
+            if (!(p[n] >= '0' && p[n] <= '9') && p[n] != '.' && p[n] != '_')
+                return 1;
+    return 0;
 }
 
-// One sentence for rules that name a cause, not a setting: what replay found best.
-static void best_clause(cci_sb *b, const cci_report_whatif *w)
+// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)": the one phrasing of a measured
+// gain (the tuner's), or "`conf` (above)" when an earlier paragraph gave it already.
+static void gain(cci_sb *b, const cci_report_device *d, const cci_report_whatif_row *r)
 {
-    const cci_report_whatif_row *r = best_lower(w);
-    if (r) {
+    const cci_report_whatif *w = &d->whatif;
+    const char *name = *r->conf ? r->conf : "the defaults (CCI_ALLOC_CONF unset)";
+    cci__sb_puts(b, name);
+    if (stated(d, name)) {
+        cci__sb_puts(b, " (above)");
+        return;
+    }
+    cci_tuner_row rec, ref;
+    cci__whatif_tuner_row(r, &rec);
+    cci__whatif_tuner_row(&w->current, &ref);
+    char text[96];
+    cci_tuner_gain_text(text, sizeof text, &rec, &ref);
+    cci__sb_printf(b, " would have peaked at %s", text);
+}
+
+// One sentence for rules that name a cause, not a setting: what the tuner recommends.
+static void best_clause(cci_sb *b, const cci_report_device *d)
+{
+    const cci_report_whatif_row *r = cci__whatif_recommended(d);
+    if (r != &d->whatif.current) {
         cci__sb_puts(b, " Replayed: ");
-        cci__whatif_gain(b, w, r);
+        gain(b, d, r);
         cci__sb_puts(b, ".");
     } else {
-        cci__sb_printf(b, " Replayed: no configuration of the grid peaks below the current %.1f MiB.",
-                       mib(w->current.peak_reserved));
+        cci__sb_printf(b, " Replayed: no configuration of the grid does better than the current one under the "
+                          "tuner's rule (%.1f MiB peak reserved).",
+                       mib(d->whatif.current.peak_reserved));
     }
 }
 
@@ -181,7 +191,7 @@ static void rule_split(cci_report_device *d)
                    (unsigned long long)mib);
     if (r) {
         cci__sb_puts(&b, " Replayed: ");
-        cci__whatif_gain(&b, w, r);
+        gain(&b, d, r);
         cci__sb_puts(&b, ".");
     } else {
         cci__sb_puts(&b, " A split limit can also raise the peak (unsplittable blocks serve fewer requests): "
@@ -220,12 +230,12 @@ static void rule_oversize_idle(cci_report_device *d)
                    "%s, %s sat free in blocks of max_split_size_mb:%llu or more (free in blocks >= "
                    "max_split_size; oversize_segments.peak = %lld). Such a block serves only a request at most "
                    "max_non_split_rounding_mb smaller than itself, so most requests pass it by.",
-                   d->frag_peak.valid ? "At peak reserved" : "At exit",
+                   d->frag_peak.valid ? "At peak reserved" : cci__When(d),
                    cci__human((int64_t)f->oversize_free, h1, sizeof h1), (unsigned long long)(st->max_split_size / CCI_MIB),
                    (long long)st->oversize_segments.peak);
     if (nolimit) {
         cci__sb_puts(&b, " Dropping the limit: ");
-        cci__whatif_gain(&b, w, nolimit);
+        gain(&b, d, nolimit);
         cci__sb_puts(&b, ".");
     } else {
         cci__sb_puts(&b, " Raise max_non_split_rounding_mb or the limit, or drop the limit; `ccreplay --sweep` on "
@@ -258,19 +268,22 @@ static void rule_waste(cci_report_device *d)
         add_sb(d, "peak_waste", &b);
         return;
     }
-    int named = 0;
+    // The tuner's choice first; a lower virtual-memory mode it passed over is named with the reason.
+    best_clause(&b, d);
+    const cci_report_whatif_row *rec = cci__whatif_recommended(d);
     for (size_t m = 0; m < sizeof vmm_modes / sizeof vmm_modes[0]; m++) {
         const cci_report_whatif_row *r = find_conf(w, vmm_modes[m]);
-        if (!r || !is_lower(w, r))
+        if (!r || r == rec || !is_lower(w, r) || r->peak_reserved >= rec->peak_reserved)
             continue;
-        cci__sb_puts(&b, named ? "; " : " Segments on the virtual-memory API, replayed: ");
-        cci__whatif_gain(&b, w, r);
-        named++;
-    }
-    if (named)
+        cci_tuner_row tr, tc;
+        cci__whatif_tuner_row(r, &tr);
+        cci__whatif_tuner_row(&w->current, &tc);
+        if (cci_tuner_call_us(&tr.calls) - cci_tuner_call_us(&tc.calls) <= cci_tuner_allowance_us(cci__run_seconds(d)))
+            continue;  // passed over for a gain too small to matter, not for its calls
+        cci__sb_puts(&b, " Passed over by the rule for its device calls: ");
+        gain(&b, d, r);
         cci__sb_puts(&b, ".");
-    else
-        best_clause(&b, w);
+    }
     add_sb(d, "peak_waste", &b);
 }
 
@@ -286,11 +299,11 @@ static void rule_fragmentation(cci_report_device *d)
                    "Fragmentation ratio %s is %.2f: %s free in %llu blocks, the largest only %s. Any larger "
                    "request needs a new segment. Short-lived allocations between long-lived ones cause this; "
                    "allocating long-lived buffers first keeps the holes together.",
-                   d->frag_peak.valid ? "at peak" : "at exit", f->ratio,
+                   d->frag_peak.valid ? "at peak" : cci__when(d), f->ratio,
                    cci__human((int64_t)f->cached_free, h1, sizeof h1), (unsigned long long)f->free_blocks,
                    cci__human((int64_t)f->largest_free, h2, sizeof h2));
     if (measured(d))
-        best_clause(&b, measured(d));
+        best_clause(&b, d);
     add_sb(d, "fragmentation", &b);
 }
 
@@ -303,11 +316,12 @@ static void rule_pending(cci_report_device *d)
     cci_sb b = {0};
     cci__sb_printf(&b,
                    "At peak, %s had been freed but was still waiting on another stream (active minus allocated "
-                   "memory). Frees from a stream other than the block's own are held until the device "
-                   "synchronises; freeing on the allocating stream makes them reusable at once.",
+                   "memory). A block freed while another stream may still use it waits for a fence recorded on "
+                   "those streams (docs/reuse-modes.md) and is reusable once the GPU has passed it; freeing on "
+                   "the allocating stream makes it reusable at once.",
                    cci__human((int64_t)f->pending, h, sizeof h));
     if (measured(d))
-        best_clause(&b, measured(d));
+        best_clause(&b, d);
     add_sb(d, "pending", &b);
 }
 
@@ -326,36 +340,28 @@ static void rule_churn(cci_report_device *d)
                    (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
                    (unsigned long long)peak_segs);
     if (measured(d))
-        best_clause(&b, measured(d));
+        best_clause(&b, d);
     add_sb(d, "churn", &b);
 }
 
-// The measured advice itself: the settings whose replay peaked lowest, or that the current one
-// is already the best of the grid.
-#define WHATIF_NAMED 3
-
+// The measured advice itself: the tuner's recommendation (the rule `ccreplay --sweep` applies,
+// tuner.h) with what it costs, or that the current setting is already the best of the grid.
 static void rule_whatif(cci_report_device *d)
 {
     const cci_report_whatif *w = measured(d);
     if (!w)
         return;
+    const cci_report_whatif_row *rec = cci__whatif_recommended(d);
+    cci_tuner_row tr, tc;
+    cci__whatif_tuner_row(rec, &tr);
+    cci__whatif_tuner_row(&w->current, &tc);
+    char text[2048];
+    cci_tuner_recommendation_text(text, sizeof text, rec == &w->current ? &tc : &tr, &tc, "this run's setting",
+                                  cci__run_seconds(d));
     cci_sb b = {0};
-    cci__sb_printf(&b, "Replaying this run's %llu allocation events under %zu configurations (%.2f s): ",
-                   (unsigned long long)w->events, w->replayed, w->seconds);
-    int named = 0;
-    for (size_t i = 0; i < w->nrows && named < WHATIF_NAMED; i++) {
-        if (!is_lower(w, &w->rows[i]))
-            continue;
-        if (named)
-            cci__sb_puts(&b, "; ");
-        cci__whatif_gain(&b, w, &w->rows[i]);
-        named++;
-    }
-    if (named)
-        cci__sb_puts(&b, ".");
-    else
-        cci__sb_printf(&b, "the current setting (%s) is already the best of the grid, at %.1f MiB peak reserved.",
-                       *w->current.conf ? w->current.conf : "the defaults", mib(w->current.peak_reserved));
+    cci__sb_printf(&b, "Replaying this run's %llu allocation events under %zu configurations (%.2f s), by the rule "
+                       "`ccreplay --sweep` applies (under the what-if table): recommended: %s",
+                   (unsigned long long)w->events, w->replayed, w->seconds, text);
     if (w->replayed < w->planned)
         cci__sb_printf(&b, " Only %zu of %zu configurations were replayed within the %.1f s bound "
                            "(CCI_WHATIF_SECONDS); `ccreplay --sweep` on a recorded trace measures them all.",

@@ -103,6 +103,12 @@ int cci_report_dump(cci_allocator *const *allocs, cci_report_timeline *const *tl
     return cci_report_dump_snapshot(&s, pattern, format, force, NULL, NULL);
 }
 
+void cci_report_set_device_kind(cci_report_snapshot *s, const char *what)
+{
+    for (int i = 0; i < s->ndevices; i++)
+        snprintf(s->devices[i].device_kind, sizeof s->devices[i].device_kind, "%s", what ? what : "");
+}
+
 int cci_report_dump_snapshot(cci_report_snapshot *snap, const char *pattern, const char *format, int force,
                              cci_report_measure_fn measure, void *ud)
 {
@@ -112,10 +118,12 @@ int cci_report_dump_snapshot(cci_report_snapshot *snap, const char *pattern, con
         cci_report_snapshot_free(&s);
         return 1;
     }
+    for (int i = 0; i < s.ndevices; i++)
+        s.devices[i].live = force;
     if (measure) {
         measure(&s, ud);
-        cci_report_derive(&s);  // the advice again, now with the measured figures
     }
+    cci_report_derive(&s);  // the advice again: measured figures, and the live labels
     cci_report_format fmt = CCI_REPORT_TEXT;
     char path[4096];
     int fd = cci_report_open_destination(pattern, format, &fmt, path, sizeof path);

@@ -148,8 +148,10 @@ void cci__leaks_text(cci_sb *b, const cci_report_device *d)
 {
     leftover o = leftover_of(&d->now);
     char h[3][16];
-    cci__sb_printf(b, "\nLeak or cache, device %d (at exit):\n"
-                   "  held by the program (never freed)   %10s in %llu block%s\n"
+    cci__sb_printf(b, d->live ? "\nIn use or cache, device %d (at the time of the dump):\n"
+                                "  in use by the program (not freed yet) %8s in %llu block%s\n"
+                              : "\nLeak or cache, device %d (at exit):\n"
+                                "  held by the program (never freed)   %10s in %llu block%s\n"
                    "  cached by the allocator (free)      %10s in %llu block%s: reusable, not a leak\n"
                    "  freed, waiting for a stream         %10s in %llu block%s\n",
                    d->device, cci__human((int64_t)o.held, h[0], sizeof h[0]), (unsigned long long)o.held_blocks,
@@ -160,14 +162,15 @@ void cci__leaks_text(cci_sb *b, const cci_report_device *d)
     if (!o.held_blocks)
         return;
     if (d->stacks) {
-        cci__sb_printf(b, "Held by the program, by call site (%llu allocations recorded):\n",
-                       (unsigned long long)d->allocations);
+        cci__sb_printf(b, "%s by the program, by call site (%llu allocations recorded):\n",
+                       d->live ? "In use" : "Held", (unsigned long long)d->allocations);
         cci__holders_list_text(b, &d->holders_now, TEXT_HOLDERS, "  ", 1);
         return;
     }
     const cci_block_desc *big[LIVE_BLOCKS];
     size_t n = largest_live(&d->now, big, LIVE_BLOCKS);
-    cci__sb_puts(b, "Largest blocks held by the program (set CCI_STACKS=8 for their call sites and ages):\n");
+    cci__sb_printf(b, "Largest blocks %s by the program (set CCI_STACKS=8 for their call sites and ages):\n",
+                   d->live ? "in use" : "held");
     for (size_t i = 0; i < n; i++)
         cci__sb_printf(b, "  %2zu. %#llx  %10s, %s requested\n", i + 1, (unsigned long long)big[i]->addr,
                        cci__human((int64_t)big[i]->size, h[0], sizeof h[0]),
@@ -257,8 +260,12 @@ void cci__holders_html(cci_sb *b, const cci_report_device *d)
 {
     leftover o = leftover_of(&d->now);
     char h[3][16];
-    cci__sb_printf(b, "<h3>Leak or cache (at exit)</h3>\n<table class=\"leaks\" id=\"leaks-%d\"><tbody>\n"
-                   "<tr><td class=\"l\">Still allocated by the program</td><td>%s</td><td>%llu blocks</td></tr>\n"
+    cci__sb_printf(b, d->live ? "<h3>In use or cache (at the time of the dump)</h3>\n<table class=\"leaks\" "
+                                "id=\"leaks-%d\"><tbody>\n<tr><td class=\"l\">In use by the program (not freed "
+                                "yet)</td><td>%s</td><td>%llu blocks</td></tr>\n"
+                              : "<h3>Leak or cache (at exit)</h3>\n<table class=\"leaks\" id=\"leaks-%d\"><tbody>\n"
+                                "<tr><td class=\"l\">Still allocated by the program</td><td>%s</td><td>%llu "
+                                "blocks</td></tr>\n"
                    "<tr><td class=\"l\">Cached by the allocator (free, reusable: not a leak)</td><td>%s</td>"
                    "<td>%llu blocks</td></tr>\n<tr><td class=\"l\">Freed, waiting for a stream</td><td>%s</td>"
                    "<td>%llu blocks</td></tr>\n</tbody></table>\n",
@@ -271,7 +278,7 @@ void cci__holders_html(cci_sb *b, const cci_report_device *d)
         return;
     }
     if (o.held_blocks) {
-        cci__sb_puts(b, "<h4>Still allocated, by call site</h4>\n");
+        cci__sb_puts(b, d->live ? "<h4>In use, by call site</h4>\n" : "<h4>Still allocated, by call site</h4>\n");
         holders_html(b, &d->holders_now, "leaks-by-site", d->device, 1);
     }
     cci__sb_puts(b, "<h3>Top holders at peak reserved</h3>\n");

@@ -30,7 +30,14 @@ static const char *const css =
     ".counts{font-size:14px;margin:6px 0}.legend span{display:inline-block;margin-right:16px;font-size:13px}"
     ".sw{display:inline-block;width:12px;height:12px;vertical-align:-1px;margin-right:4px;border:1px solid #718096}"
     "ul.advice li{margin:6px 0;max-width:950px}code{background:#edf2f7;padding:1px 4px;word-break:break-all}"
-    "svg text{font-family:inherit;font-size:11px;fill:#2d3748}";
+    "svg text{font-family:inherit;font-size:11px;fill:#2d3748}"
+    // The configuration wraps between its keys only: a token such as immediate_reuse:False is
+    // never cut, whatever the width (tests/report/test_html.py checks 1400 and 800 px).
+    "p.conf{line-height:1.7}p.conf code.tok{white-space:nowrap;word-break:keep-all;margin-right:2px}"
+    // A narrow window scales the drawings down (they have a viewBox) and lets a wide table
+    // scroll inside its own box rather than run past the page over its neighbours.
+    "svg{max-width:100%;height:auto}.tables>div{max-width:100%;overflow-x:auto}"
+    "table.whatif,table.vmm,table.leaks,table.holders{display:block;max-width:100%;overflow-x:auto}";
 
 #define num cci__svg_num
 
@@ -64,7 +71,7 @@ static void summary(cci_sb *b, const cci_report_device *d)
 static void frag_table(cci_sb *b, const cci_report_device *d)
 {
     cci__sb_printf(b, "<table class=\"frag\" id=\"frag-%d\"><thead><tr><th class=\"l\">Figure</th><th>At peak reserved</th>"
-                   "<th>At exit</th></tr></thead><tbody>\n", d->device);
+                   "<th>%s</th></tr></thead><tbody>\n", d->device, cci__When(d));
     for (size_t i = 0; i < cci__frag_nrows; i++) {
         char v[2][24];
         const cci_frag_row *r = &cci__frag_rows[i];
@@ -205,13 +212,39 @@ static void advice_html(cci_sb *b, const char *text)
         cci__sb_puts(b, "</code>");
 }
 
+// One <code class="tok"> per key (and per element of a bracketed list), its comma kept, with a
+// space between tokens: the only places a line may break. Pasted back, the spaces are ignored by
+// the grammar.
+static void config_tokens(cci_sb *b, const char *conf)
+{
+    char tok[256];
+    for (const char *p = conf; *p;) {
+        size_t n = strcspn(p, ",");
+        if (p[n] == ',')
+            n++;
+        size_t k = n < sizeof tok - 1 ? n : sizeof tok - 1;
+        memcpy(tok, p, k);
+        tok[k] = 0;
+        cci__sb_puts(b, p == conf ? "<code class=\"tok\">" : " <code class=\"tok\">");
+        cci__sb_html(b, tok);
+        cci__sb_puts(b, "</code>");
+        p += n;
+    }
+}
+
 static void device(cci_sb *b, const cci_report_device *d)
 {
     char h[16];
     cci__sb_printf(b, "<section class=\"device\" id=\"device-%d\">\n<h2>Device %d</h2>\n", d->device, d->device);
-    cci__sb_printf(b, "<p class=\"counts\">CUDA OOMs: %llu | cudaMalloc retries: %llu | device capacity: %s</p>\n",
+    cci__sb_printf(b, "<p class=\"counts\">CUDA OOMs: %llu | cudaMalloc retries: %llu | device capacity: %s",
                    (unsigned long long)d->stats.num_ooms, (unsigned long long)d->stats.num_alloc_retries,
                    d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h) : "unknown");
+    if (*d->device_kind) {
+        cci__sb_printf(b, " | <span class=\"simulated\" id=\"device-kind-%d\">", d->device);
+        cci__sb_html(b, d->device_kind);
+        cci__sb_puts(b, "</span>");
+    }
+    cci__sb_puts(b, "</p>\n");
     cci__sb_printf(b, "<h3>Advice</h3>\n<ul class=\"advice\" id=\"advice-%d\">\n", d->device);
     for (size_t k = 0; k < d->nadvice; k++) {
         cci__sb_printf(b, "<li data-rule=\"%s\">", d->advice[k].rule);
@@ -223,20 +256,21 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__sb_puts(b, "<h3>Allocated and reserved bytes over time</h3>\n");
     timeline(b, d);
     cci__vmm_html(b, d);
-    cci__sb_printf(b, "<h3>Segments at peak reserved and at exit</h3>\n"
+    cci__sb_printf(b, "<h3>Segments at peak reserved and %s</h3>\n"
                    "<div class=\"legend\"><span><i class=\"sw\" style=\"background:%s\"></i>allocated</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>free (cached)</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>freed, waiting for a stream</span>"
                    "<span><i class=\"sw\" style=\"background:%s\"></i>unmapped (expandable segment)</span>"
                    "<span>one row per segment, largest first; hover a block for its size, state%s</span></div>\n",
-                   C_ALLOCATED, C_FREE, C_WAITING, C_UNMAPPED, d->stacks ? " and call site (at exit)" : "");
+                   cci__when(d), C_ALLOCATED, C_FREE, C_WAITING, C_UNMAPPED,
+                   d->stacks ? (d->live ? " and call site (at the time of the dump)" : " and call site (at exit)") : "");
     cci__sb_puts(b, "<h4>At peak reserved</h4>\n");
     if (d->have_peak)
         cci__segment_map_html(b, d, &d->peak, "segmap-peak", 0);
     else
         cci__sb_printf(b, "<p class=\"proc\" id=\"segmap-peak-%d\">Not recorded (peak tracking was off).</p>\n",
                        d->device);
-    cci__sb_puts(b, "<h4>At exit</h4>\n");
+    cci__sb_printf(b, "<h4>%s</h4>\n", cci__When(d));
     cci__segment_map_html(b, d, &d->now, "segmap-exit", 1);
     cci__holders_html(b, d);
     cci__sb_puts(b, "<div class=\"tables\"><div><h3>Fragmentation</h3>\n");
@@ -244,9 +278,9 @@ static void device(cci_sb *b, const cci_report_device *d)
     cci__sb_puts(b, "</div><div><h3>Memory summary</h3>\n");
     summary(b, d);
     cci__sb_puts(b, "</div></div>\n");
-    cci__sb_puts(b, "<h3>Configuration</h3>\n<p><code>");
-    cci__sb_html(b, d->config);
-    cci__sb_puts(b, "</code></p>\n</section>\n");
+    cci__sb_printf(b, "<h3>Configuration</h3>\n<p class=\"conf\" id=\"conf-%d\">", d->device);
+    config_tokens(b, d->config);
+    cci__sb_puts(b, "</p>\n</section>\n");
 }
 
 void cci__report_html(cci_sb *b, const cci_report_snapshot *s)
@@ -259,7 +293,8 @@ void cci__report_html(cci_sb *b, const cci_report_snapshot *s)
     cci__sb_html(b, s->program);
     cci__sb_printf(b, ", pid %ld, rank %d, host ", s->pid, s->rank);
     cci__sb_html(b, s->host);
-    cci__sb_printf(b, ", %s</p>\n", s->time_utc);
+    cci__sb_printf(b, ", %s%s</p>\n", s->time_utc,
+                   s->ndevices && s->devices[0].live ? " (live dump: the program was still running)" : "");
     for (int i = 0; i < s->ndevices; i++)
         device(b, &s->devices[i]);
     if (s->ndevices == 0)

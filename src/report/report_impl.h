@@ -87,7 +87,23 @@ void cci__advice_compute(cci_report_device *d);
 /// Frees the advice texts (before recomputing them, and with the device).
 void cci__advice_clear(cci_report_device *d);
 /// "`conf` would have peaked at X MiB instead of Y MiB (−Z %)", the one phrasing of a replayed gain.
-void cci__whatif_gain(cci_sb *b, const cci_report_whatif *w, const cci_report_whatif_row *r);
+/// When the "now" figures were taken: "at exit", or "at the time of the dump" for a live dump.
+static inline const char *cci__when(const cci_report_device *d)
+{
+    return d->live ? "at the time of the dump" : "at exit";
+}
+static inline const char *cci__When(const cci_report_device *d)
+{
+    return d->live ? "At the time of the dump" : "At exit";
+}
+/// The run's duration in seconds from the device's timeline (first to last sample, monotonic clock);
+/// 0 when unknown. The tuner's scale for call costs.
+double cci__run_seconds(const cci_report_device *d);
+/// The tuner's choice among the what-if rows and the current setting (tuner.h), against the
+/// current one: &w->current when nothing beats it or the host has no memory to compare.
+const cci_report_whatif_row *cci__whatif_recommended(const cci_report_device *d);
+/// The tuner's view of one what-if row.
+void cci__whatif_tuner_row(const cci_report_whatif_row *r, cci_tuner_row *t);
 /// Timeline copy for the snapshot: malloc'ed samples, or NULL / 0 when empty.
 int cci__timeline_copy(cci_report_timeline *t, cci_timeline_sample **samples, size_t *n,
                        cci_timeline_clock *clock, cci_report_misses *misses);

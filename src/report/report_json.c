@@ -193,6 +193,10 @@ static void device(cci_sb *b, const cci_report_device *d)
     outside(b, &d->stats);
     cci__sb_printf(b, ",\n    \"largest_free_block\": %llu,\n    \"device_capacity\": %llu,\n",
                    (unsigned long long)d->stats.largest_free_block, (unsigned long long)d->stats.device_capacity);
+    // "" on a CUDA device; what the device is otherwise (a simulated one), as the text says it.
+    cci__sb_printf(b, "    \"simulated_device\": %s,\n    \"device_kind\": ", *d->device_kind ? "true" : "false");
+    cci__sb_json_str(b, d->device_kind);
+    cci__sb_puts(b, ",\n");
     cci__sb_puts(b, "    \"fragmentation\": {\n      \"at_peak\": ");
     frag(b, &d->frag_peak);
     cci__sb_puts(b, ",\n      \"at_exit\": ");
@@ -244,6 +248,8 @@ void cci__report_json(cci_sb *b, const cci_report_snapshot *s)
     cci__sb_json_str(b, s->host);
     cci__sb_puts(b, ", \"time_utc\": ");
     cci__sb_json_str(b, s->time_utc);
+    // "live": a dump while the program ran; its "at_exit" figures are those at the time of the dump.
+    cci__sb_printf(b, ", \"taken\": \"%s\"", s->ndevices && s->devices[0].live ? "live" : "exit");
     cci__sb_puts(b, "},\n  \"devices\": [\n");
     for (int i = 0; i < s->ndevices; i++) {
         device(b, &s->devices[i]);

@@ -128,6 +128,8 @@ int cci__device_take(cci_report_device *d, cci_allocator *a, cci_report_timeline
     cci_config_format(cfg, d->config, sizeof d->config);
     d->expandable_requested = cfg->expandable_segments;
     cci_alloc_vmm_counts(a, &d->vmm_calls);  // mode 0 (all zero) on ordinary segments
+    if (cci_allocator_simulated(a))
+        snprintf(d->device_kind, sizeof d->device_kind, "simulated device (address ranges with no memory behind them)");
     if (tl) {
         if (cci__timeline_copy(tl, &d->samples, &d->nsamples, &d->clock, &d->misses) != 0)
             return -1;

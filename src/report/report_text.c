@@ -197,8 +197,7 @@ static void wrapped(cci_sb *b, const char *first, const char *indent, const char
         if (!*p)
             break;
         const char *w = p;
-        while (*p && *p != ' ')
-            p++;
+        p += cci_tuner_word_len(p);  // a number keeps its unit on its line
         size_t len = (size_t)(p - w);
         if (!first_word && col + 1 + len > WRAP) {
             cci__sb_putc(b, '\n', 1);
@@ -219,7 +218,7 @@ static void fragmentation(cci_sb *b, const cci_report_device *d)
 {
     char title[48];
     snprintf(title, sizeof title, "Fragmentation, device %d", d->device);
-    cci__sb_printf(b, "\n%-46s %16s %16s\n", title, "at peak reserved", "at exit");
+    cci__sb_printf(b, "\n%-46s %16s %16s\n", title, "at peak reserved", cci__when(d));
     for (size_t i = 0; i < cci__frag_nrows; i++) {
         char v[2][24];
         const cci_frag_row *r = &cci__frag_rows[i];
@@ -232,8 +231,8 @@ static void fragmentation(cci_sb *b, const cci_report_device *d)
         histogram(b, &d->frag_peak, "at peak reserved");
         segment_map(b, &d->peak, "at peak reserved");
     }
-    histogram(b, &d->frag_now, "at exit");
-    segment_map(b, &d->now, "at exit");
+    histogram(b, &d->frag_now, cci__when(d));
+    segment_map(b, &d->now, cci__when(d));
     if (d->have_timeline && d->misses.count) {
         char h1[16], h2[16], h3[16];
         cci__sb_printf(b, "\nFragmentation misses: %llu request(s) of %s to %s needed a new segment (%s in all)\n"
@@ -246,8 +245,12 @@ static void fragmentation(cci_sb *b, const cci_report_device *d)
 
 void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
 {
-    cci__sb_printf(b, "libccinterpose report: program %s, pid %ld, rank %d, host %s, %s\n\n", s->program, s->pid,
-                   s->rank, s->host, s->time_utc);
+    cci__sb_printf(b, "libccinterpose report: program %s, pid %ld, rank %d, host %s, %s%s\n", s->program, s->pid,
+                   s->rank, s->host, s->time_utc,
+                   s->ndevices && s->devices[0].live ? " (live dump: the program was still running)" : "");
+    if (s->ndevices && *s->devices[0].device_kind)
+        cci__sb_printf(b, "Device: %s\n", s->devices[0].device_kind);
+    cci__sb_putc(b, '\n', 1);
     for (int i = 0; i < s->ndevices; i++) {
         const cci_report_device *d = &s->devices[i];
         if (i)
@@ -264,9 +267,10 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         }
         conf[o] = '\0';
         wrapped(b, "Configuration: ", "  ", conf);
-        cci__sb_printf(b, "Device capacity: %s\n",
+        cci__sb_printf(b, "Device capacity: %s%s%s\n",
                        d->stats.device_capacity ? cci__human((int64_t)d->stats.device_capacity, h, sizeof h)
-                                                : "unknown");
+                                                : "unknown",
+                       *d->device_kind ? ", of a " : "", d->device_kind);
         // Managed memory is CUDA's (never cached): its own line, only for programs that made some.
         if (d->stats.managed_allocations.allocated) {
             char now[16], peak[16];

@@ -74,7 +74,7 @@ void cci__vmm_text(cci_sb *b, const cci_report_device *d)
     if (!has_vmm(d))
         return;
     const cci_report_frag *f[2] = {&d->frag_peak, &d->frag_now};
-    static const char *const when[2] = {"at peak reserved", "at exit"};
+    const char *const when[2] = {"at peak reserved", cci__when(d)};
     cci__sb_printf(b, "\nExpandable segments, device %d (address space reserved vs memory mapped):\n", d->device);
     for (int i = 0; i < 2; i++) {
         if (!f[i]->valid)
@@ -152,7 +152,7 @@ void cci__vmm_html(cci_sb *b, const cci_report_device *d)
     const cci_report_frag *f[2] = {&d->frag_peak, &d->frag_now};
     cci__sb_printf(b, "<h3>Expandable segments: address space reserved vs memory mapped</h3>\n"
                    "<table class=\"vmm\" id=\"vmm-%d\"><thead><tr><th class=\"l\">Figure</th><th>At peak reserved</th>"
-                   "<th>At exit</th></tr></thead><tbody>\n", d->device);
+                   "<th>%s</th></tr></thead><tbody>\n", d->device, cci__When(d));
     static const char *const names[5] = {"VMM segments", "Address space reserved", "Memory mapped",
                                          "Unmapped (address space only)", "Unmapped holes"};
     for (int r = 0; r < 5; r++) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "replay.h"
+#include "report.h"
 #include "sweep.h"
 
 static void usage(FILE *f)
@@ -122,7 +123,16 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
                (unsigned long long)v->churn_slack, cci_vmm_estimated_us(v));
     else
         printf("\"vmm_calls\": null, ");
-    printf("\"replay_seconds\": %.6f}\n", secs);
+    printf("\"simulated_device\": true, \"first_ooms\": [");
+    for (size_t k = 0; k < r->nfirst_ooms; k++) {
+        const cci_replay_oom *o = &r->first_ooms[k];
+        printf("%s{\"event\": %llu, \"device\": %u, \"recorded\": %s, \"size\": %llu, \"device_free\": %llu, "
+               "\"reserved\": %llu, \"largest_free_block\": %llu}",
+               k ? ", " : "", (unsigned long long)o->event, o->device, o->recorded ? "true" : "false",
+               (unsigned long long)o->size, (unsigned long long)o->device_free, (unsigned long long)o->reserved,
+               (unsigned long long)o->largest_free);
+    }
+    printf("], \"replay_seconds\": %.6f}\n", secs);
 }
 
 static void print_text(const char *path, const char *conf, size_t capacity, const cci_trace *t,
@@ -134,9 +144,9 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
         printf("recorded under      %s\n", t->config);
     printf("configuration       %s\n", *conf ? conf : "(PyTorch defaults)");
     if (capacity)
-        printf("device capacity     %.1f MiB\n", mib(capacity));
+        printf("device              simulated, capacity %.1f MiB\n", mib(capacity));
     else
-        printf("device capacity     unlimited\n");
+        printf("device              simulated, capacity unlimited\n");
     printf("events              %llu (%.1f M events/s)\n", (unsigned long long)r->events,
            secs > 0 ? (double)r->events / secs / 1e6 : 0.0);
     printf("peak allocated      %.1f MiB\n", mib(r->peak_allocated));
@@ -144,6 +154,19 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("reserved/allocated  %.3f\n", ratio);
     printf("device allocations  %llu\n", (unsigned long long)r->num_device_alloc);
     printf("OOMs                %llu\n", (unsigned long long)r->num_ooms);
+    for (size_t k = 0; k < r->nfirst_ooms; k++) {
+        const cci_replay_oom *o = &r->first_ooms[k];
+        char h[4][32];
+        printf("%sevent %llu (device %u%s): %s requested; device free %s, reserved %s, largest cached free "
+               "block %s\n",
+               k ? "                    " : "first OOMs          ", (unsigned long long)o->event, o->device,
+               o->recorded ? ", an OOM of the trace" : "", cci_report_bytes((int64_t)o->size, h[0], sizeof h[0]),
+               cci_report_bytes((int64_t)o->device_free, h[1], sizeof h[1]),
+               cci_report_bytes((int64_t)o->reserved, h[2], sizeof h[2]),
+               cci_report_bytes((int64_t)o->largest_free, h[3], sizeof h[3]));
+    }
+    if (r->num_ooms > r->nfirst_ooms)
+        printf("                    (%llu more)\n", (unsigned long long)(r->num_ooms - r->nfirst_ooms));
     printf("alloc retries       %llu\n", (unsigned long long)r->num_alloc_retries);
     if (o->fenced)
         printf("fenced frees        fences pass %llu fence record%s late; %u stream%s, %u busy%s\n",

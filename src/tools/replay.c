@@ -148,6 +148,22 @@ int cci_replay_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
     return cci_replay_opts_until(t, cfg, capacity, NULL, deadline, res);
 }
 
+// The first few failures, with the device's state right after the allocator gave up: how much
+// the device still had, and the largest free block the allocator held (what a split could use).
+static void keep_oom(cci_replay_result *res, size_t i, uint32_t d, uint64_t size, int recorded,
+                     const cci_sim_device *sim, cci_allocator *a, size_t cap)
+{
+    if (res->nfirst_ooms >= CCI_REPLAY_OOMS_KEPT)
+        return;
+    cci_stats st;
+    cci_alloc_stats(a, &st);
+    size_t reserved = cci_sim_reserved(sim);
+    res->first_ooms[res->nfirst_ooms++] = (cci_replay_oom){
+        .event = i, .device = d, .recorded = recorded, .size = size,
+        .device_free = cap > reserved ? cap - reserved : 0,
+        .reserved = (uint64_t)st.reserved_bytes[CCI_POOL_ALL].current, .largest_free = st.largest_free_block};
+}
+
 int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capacity,
                           const cci_replay_opts *opts, const struct timespec *deadline, cci_replay_result *res)
 {
@@ -189,6 +205,7 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
                 device_tick(sims[d]);
             if (cci_malloc(allocs[d], e->size, e->stream, &p) != CCI_OK) {
                 res->failed_allocs++;
+                keep_oom(res, i, d, e->size, 0, sims[d], allocs[d], cap);
                 break;
             }
             if (map_put(&map, map_key(d, e->addr), p) != 0)
@@ -246,6 +263,8 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
             uintptr_t p = 0;
             if (cci_malloc(allocs[d], e->size, e->stream, &p) == CCI_OK)
                 cci_free(allocs[d], p, e->stream, CCI_FREE_NOW);
+            else
+                keep_oom(res, i, d, e->size, 1, sims[d], allocs[d], cap);
             break;
         }
         default:
@@ -262,6 +281,8 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         res->peak_allocated += (uint64_t)st.allocated_bytes[CCI_POOL_ALL].peak;
         res->peak_reserved += (uint64_t)st.reserved_bytes[CCI_POOL_ALL].peak;
         res->num_device_alloc += st.num_device_alloc;
+        res->num_device_free += st.num_device_free;
+        res->device_alloc_bytes += (uint64_t)st.reserved_bytes[CCI_POOL_ALL].allocated;
         res->num_ooms += st.num_ooms;
         res->num_alloc_retries += st.num_alloc_retries;
         res->num_fence_records += st.num_fence_records;

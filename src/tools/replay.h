@@ -11,6 +11,18 @@
 #include "trace.h"
 #include "vmm_counts.h"
 
+/// Where an allocation failed in the replay: what `--capacity` shows of each of the first OOMs.
+#define CCI_REPLAY_OOMS_KEPT 10
+typedef struct cci_replay_oom {
+    uint64_t event;              ///< index of the event in the trace (0-based)
+    uint32_t device;
+    int recorded;                ///< 1: the trace's own oom event, failing again; 0: an allocation
+    uint64_t size;               ///< bytes requested
+    uint64_t device_free;        ///< the simulated device's capacity minus what it had reserved
+    uint64_t reserved;           ///< what the allocator had reserved
+    uint64_t largest_free;       ///< largest cached free block the allocator had
+} cci_replay_oom;
+
 typedef struct cci_replay_result {
     uint64_t events;
     uint64_t allocs;
@@ -21,6 +33,8 @@ typedef struct cci_replay_result {
     uint64_t peak_allocated;    ///< summed over devices
     uint64_t peak_reserved;
     uint64_t num_device_alloc;
+    uint64_t num_device_free;    ///< segments given back (summed over devices)
+    uint64_t device_alloc_bytes; ///< bytes of the segments allocated (summed; sizes cudaMalloc's cost)
     uint64_t num_ooms;
     uint64_t num_alloc_retries;
     uint64_t num_fence_records;  ///< fences the allocators recorded (summed over devices)
@@ -32,6 +46,8 @@ typedef struct cci_replay_result {
     uint64_t num_fence_catch_ups; ///< of those, orders the host first waited for the last one for
     cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
                                  ///< the run's own, the allocators' teardown left out
+    size_t nfirst_ooms;          ///< the first failed allocations, in trace order
+    cci_replay_oom first_ooms[CCI_REPLAY_OOMS_KEPT];
 } cci_replay_result;
 
 /// How frees are replayed. The default (all zero) keeps the program's own stream semantics.

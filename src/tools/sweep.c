@@ -13,12 +13,6 @@
 
 #include "sweep.h"
 
-// Within this fraction of the best peak, the configuration with the fewest keys is recommended:
-// a setting that buys nothing measurable is one more thing to get wrong.
-#define NEAR_BEST 0.005
-// Each device allocation is a cudaMalloc (and later a cudaFree) in the real run: a setting that
-// saves memory by multiplying them is reported, but recommended only within this factor.
-#define ALLOC_BUDGET 2u
 
 static const unsigned split_mb[] = {0, 64, 128, 256, 512, 1024};  // 0 = no limit
 static const unsigned divisions[] = {1, 2, 4, 8, 16};              // 1 = plain 512-byte rounding
@@ -172,29 +166,52 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
     return n;
 }
 
-// The recommendation (see the rule printed with it). Ranked order in, one row out.
-static const row *recommend(const row *rows, const size_t *order, size_t n)
+void cci_sweep_tuner_calls(const cci_replay_result *r, cci_tuner_calls *c)
 {
-    const row *def = &rows[0];
-    uint64_t min_ooms = rows[order[0]].res.num_ooms, budget = def->res.num_device_alloc * ALLOC_BUDGET;
-    if (budget < def->res.num_device_alloc + 16)
-        budget = def->res.num_device_alloc + 16;
-    const row *best = NULL;  // lowest peak at min_ooms within the budget
-    for (size_t k = 0; k < n && !best; k++)
-        if (rows[order[k]].res.num_ooms == min_ooms && rows[order[k]].res.num_device_alloc <= budget)
-            best = &rows[order[k]];
-    int use_budget = best != NULL;
-    if (!best)
-        best = &rows[order[0]];
-    const row *rec = best;
-    for (size_t k = 0; k < n; k++) {
-        const row *r = &rows[order[k]];
-        if (r->res.num_ooms == min_ooms && (!use_budget || r->res.num_device_alloc <= budget) &&
-            (double)r->res.peak_reserved <= (double)best->res.peak_reserved * (1.0 + NEAR_BEST) &&
-            r->nkeys < rec->nkeys)
-            rec = r;
-    }
-    return rec;
+    *c = (cci_tuner_calls){.vmm_mode = r->vmm.mode,
+                           .device_allocs = r->num_device_alloc,
+                           .device_frees = r->num_device_free,
+                           .device_alloc_bytes = r->device_alloc_bytes,
+                           .page_creates = r->vmm.page_creates,
+                           .maps = r->vmm.maps,
+                           .set_access = r->vmm.set_access,
+                           .unmaps = r->vmm.unmaps,
+                           .page_releases = r->vmm.page_releases};
+}
+
+static void to_tuner(const row *r, cci_tuner_row *t)
+{
+    *t = (cci_tuner_row){.conf = r->conf, .nkeys = r->nkeys, .num_ooms = r->res.num_ooms,
+                         .peak_reserved = r->res.peak_reserved};
+    cci_sweep_tuner_calls(&r->res, &t->calls);
+}
+
+// The recommendation: the one rule the exit report applies too (tuner.h), against the default
+// (rows[0]). NULL when the host has no memory for the comparison.
+static const row *recommend(const row *rows, size_t n, double duration_s)
+{
+    cci_tuner_row *t = malloc(n * sizeof *t);
+    if (!t)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        to_tuner(&rows[i], &t[i]);
+    size_t k = cci_tuner_choose(t, n, 0, duration_s);
+    free(t);
+    return &rows[k];
+}
+
+static double call_us(const row *r)
+{
+    cci_tuner_row t;
+    to_tuner(r, &t);
+    return cci_tuner_call_us(&t.calls);
+}
+
+static uint64_t call_count(const row *r)
+{
+    cci_tuner_row t;
+    to_tuner(r, &t);
+    return cci_tuner_call_count(&t.calls);
 }
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
@@ -229,6 +246,32 @@ static void print_gain(FILE *out, const row *rec, const row *base, const char *l
     fputc('\n', out);
 }
 
+// Prints text wrapped at 100 columns: the first line continues a line already `used` columns
+// wide, the others are indented by `indent`. Ends with a newline; a closing ")" goes on the rule.
+static void wrap(FILE *out, const char *text, size_t used, size_t indent)
+{
+    const size_t width = 100;
+    size_t col = used;
+    for (const char *p = text; *p;) {
+        while (*p == ' ')
+            p++;
+        size_t w = cci_tuner_word_len(p);
+        if (!w)
+            break;
+        if (col > indent && col + 1 + w > width) {
+            fprintf(out, "\n%*s", (int)indent, "");
+            col = indent;
+        } else if (col > used || (col > indent && p != text)) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(p, 1, w, out);
+        col += w;
+        p += w;
+    }
+    fputs(indent == 3 ? ")\n" : "\n", out);
+}
+
 // JSON string contents: our grid strings and trace paths, escaped so any byte is safe.
 static void json_str(FILE *out, const char *s)
 {
@@ -250,20 +293,23 @@ static void json_row(FILE *out, const row *r)
     json_str(out, r->conf);
     fprintf(out,
             ", \"peak_reserved_bytes\": %llu, \"peak_allocated_bytes\": %llu, \"num_device_alloc\": %llu, "
-            "\"num_ooms\": %llu}",
+            "\"num_ooms\": %llu, \"device_calls\": %llu, \"estimated_call_us\": %llu}",
             (unsigned long long)r->res.peak_reserved, (unsigned long long)r->res.peak_allocated,
-            (unsigned long long)r->res.num_device_alloc, (unsigned long long)r->res.num_ooms);
+            (unsigned long long)r->res.num_device_alloc, (unsigned long long)r->res.num_ooms,
+            (unsigned long long)call_count(r), (unsigned long long)(call_us(r) + 0.5));
 }
 
 // One JSON object: the recommendation and every configuration in rank order. conf "" is the
 // default (CCI_ALLOC_CONF unset).
 static void print_json(FILE *out, const cci_trace *t, const char *name, size_t capacity, const row *rows,
-                       const size_t *order, size_t n, const row *rec)
+                       const size_t *order, size_t n, const row *rec, const char *rule)
 {
     fprintf(out, "{\"trace\": ");
     json_str(out, name);
-    fprintf(out, ", \"events\": %zu, \"capacity_bytes\": %llu, \"recommended\": ", t->n,
-            (unsigned long long)capacity);
+    fprintf(out, ", \"events\": %zu, \"simulated_device\": true, \"capacity_bytes\": %llu, \"duration_us\": %llu, \"rule\": ", t->n,
+            (unsigned long long)capacity, (unsigned long long)t->duration_us);
+    json_str(out, rule);
+    fprintf(out, ", \"recommended\": ");
     json_row(out, rec);
     fprintf(out, ", \"results\": [");
     for (size_t k = 0; k < n; k++) {
@@ -305,50 +351,65 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
     qsort(order, n, sizeof *order, cmp_rank);
 
     const row *def = &rows[0], *seed = find_row(rows, n, SEED_ADVICE), *lowest = &rows[order[0]];
-    const row *rec = recommend(rows, order, n);
+    double duration_s = (double)t->duration_us / 1e6;
+    const row *rec = recommend(rows, n, duration_s);
+    char rule[1024];
+    cci_tuner_rule_text(rule, sizeof rule, duration_s, "the default's");
+    if (!rec) {
+        snprintf(err, errlen, "out of host memory");
+        goto out;
+    }
     if (json) {
-        print_json(out, t, name, capacity, rows, order, n, rec);
+        print_json(out, t, name, capacity, rows, order, n, rec, rule);
         rc = 0;
         goto out;
     }
     char cap[64] = "unlimited";
     if (capacity)
         snprintf(cap, sizeof cap, "%.1f MiB", mib(capacity));
-    fprintf(out, "sweep of %s: %zu events, device capacity %s, %zu configurations\n", name, t->n, cap, n);
+    fprintf(out, "sweep of %s: %zu events, simulated device of capacity %s, %zu configurations\n", name, t->n, cap,
+            n);
     if (!capacity)
         fprintf(out, "not swept: garbage_collection_threshold (needs --capacity)\n");
     fputc('\n', out);
-    fprintf(out,
-            "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  OOMs  CCI_ALLOC_CONF\n");
+    fprintf(out, "rank  peak reserved MiB  vs default  reserved/allocated  device allocs  device calls  est. call ms  "
+                 "OOMs  CCI_ALLOC_CONF\n");
     for (size_t k = 0; k < n; k++) {
         const row *r = &rows[order[k]];
         double ratio =
             r->res.peak_allocated ? (double)r->res.peak_reserved / (double)r->res.peak_allocated : 0.0;
-        fprintf(out, "%4zu  %17.1f  %+8.1f %%  %18.3f  %13llu  %4llu  %s\n", k + 1, mib(r->res.peak_reserved),
-                pct(r->res.peak_reserved, def->res.peak_reserved), ratio,
-                (unsigned long long)r->res.num_device_alloc, (unsigned long long)r->res.num_ooms,
-                *r->conf ? r->conf : "(default)");
+        fprintf(out, "%4zu  %17.1f  %+8.1f %%  %18.3f  %13llu  %12llu  %12.1f  %4llu  %s%s\n", k + 1,
+                mib(r->res.peak_reserved), pct(r->res.peak_reserved, def->res.peak_reserved), ratio,
+                (unsigned long long)r->res.num_device_alloc, (unsigned long long)call_count(r), call_us(r) / 1000.0,
+                (unsigned long long)r->res.num_ooms, *r->conf ? r->conf : "(default)",
+                r == rec ? "  <- recommended" : "");
     }
     fputc('\n', out);
-    if (rec == def)
-        fprintf(out, "recommended: keep the default (leave CCI_ALLOC_CONF unset)\n");
-    else
-        fprintf(out, "recommended: CCI_ALLOC_CONF='%s'\n", rec->conf);
-    fprintf(
-        out,
-        "  (rule: fewest OOMs; then at most %ux the default's device allocations where possible; then the\n"
-        "   fewest keys among those within %.1f %% of the lowest peak reserved)\n",
-        ALLOC_BUDGET, NEAR_BEST * 100);
-    print_gain(out, rec, def, "the default");
+    char text[2048];
+    cci_tuner_row tr, td;
+    to_tuner(rec, &tr);
+    to_tuner(def, &td);
+    cci_tuner_recommendation_text(text, sizeof text, rec == def ? &td : &tr, &td, "the default", duration_s);
+    fputs("recommended: ", out);
+    wrap(out, text, 13, 2);
+    fputs("  (", out);
+    wrap(out, rule, 3, 3);
     print_gain(out, rec, seed, "the common advice " SEED_ADVICE);
-    if (lowest->res.peak_reserved < rec->res.peak_reserved)
+    if (lowest->res.peak_reserved < rec->res.peak_reserved) {
+        double extra = call_us(lowest) - call_us(def), allowed = cci_tuner_allowance_us(duration_s);
         fprintf(out,
-                "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device allocations "
-                "(the default makes %llu; each is a cudaMalloc and later a cudaFree, or in the VMM modes one run "
-                "of pages mapped)\n",
-                mib(lowest->res.peak_reserved), lowest->conf,
-                (unsigned long long)lowest->res.num_device_alloc,
-                (unsigned long long)def->res.num_device_alloc);
+                "lowest peak reserved in the grid: %.1f MiB with '%s', at %llu device calls, about %.1f ms estimated "
+                "(the default: %llu, %.1f ms); passed over by the rule: ",
+                mib(lowest->res.peak_reserved), lowest->conf, (unsigned long long)call_count(lowest),
+                call_us(lowest) / 1000.0, (unsigned long long)call_count(def), call_us(def) / 1000.0);
+        if (lowest->res.num_ooms > rec->res.num_ooms)
+            fprintf(out, "more OOMs\n");
+        else if (extra > allowed)
+            fprintf(out, "%.1f ms more than the default's calls, over the %.1f ms allowed\n", extra / 1000.0,
+                    allowed / 1000.0);
+        else
+            fprintf(out, "its peak is within the margin of the recommendation's, with more keys\n");
+    }
     rc = 0;
 out:
     free(rows);

@@ -8,15 +8,21 @@
 #include <stdio.h>
 
 #include "replay.h"
+#include "tuner.h"
 
-/// Runs the grid on `jobs` threads (>= 1) and prints the ranked table and the recommendation to
-/// `out`, or with `json` one JSON object: {"trace", "events", "capacity_bytes", "recommended":
+/// Runs the grid on `jobs` threads (>= 1) and prints the ranked table and the recommendation
+/// (cci_tuner_choose against the default, scaled by the trace's duration) to `out`, or with `json`
+/// one JSON object: {"trace", "events", "capacity_bytes", "duration_us", "rule", "recommended":
 /// ROW, "results": [ROW, ...] in rank order}, each ROW {"conf", "peak_reserved_bytes",
-/// "peak_allocated_bytes", "num_device_alloc", "num_ooms"} ("conf": "" is the default). The
-/// output depends only on the trace and `capacity` (0 = unlimited), never on `jobs` or timing.
+/// "peak_allocated_bytes", "num_device_alloc", "num_ooms", "device_calls", "estimated_call_us"}
+/// ("conf": "" is the default). The output depends only on the trace and `capacity`
+/// (0 = unlimited), never on `jobs` or timing.
 /// 0, or -1 with one line in err (host out of memory).
 int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, int json, FILE *out, char *err,
               size_t errlen);
+
+/// The device calls of one replay, as the tuner weighs them.
+void cci_sweep_tuner_calls(const cci_replay_result *r, cci_tuner_calls *c);
 
 // ---- the grid as a library: what the preload's exit-time what-ifs use --------------------------
 

@@ -33,6 +33,9 @@ typedef struct cci_trace {
     uint64_t skipped;          ///< snapshot entries that carry no allocator change (markers, unknown)
     uint64_t truncated_bytes;  ///< binary: bytes of an incomplete final record that were left out
     uint64_t missing_events;   ///< binary: gaps in the event numbers (buffers lost in a crash)
+    /// Microseconds from the first to the last time-stamped event (binary traces' time_ns,
+    /// snapshots' time_us); 0 = unknown (text traces). The tuner's scale for call costs.
+    uint64_t duration_us;
     /// 1 when a free_completed that does not directly follow its free_requested was decided by
     /// the recording allocator's own synchronisation (our binary traces): the replay then frees
     /// such blocks at free_requested as deferred, and its allocator decides when, as the live one

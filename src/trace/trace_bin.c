@@ -154,9 +154,12 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
 
     size_t n = 0;
     int sorted = 1;
+    uint64_t first_ns = UINT64_MAX, last_ns = 0;
     for (size_t i = 0; i < nrec; i++) {
         cci_tbin_record r;
         cci_tbin_decode_record(buf + hsize + i * rsize, &r);
+        first_ns = r.time_ns < first_ns ? r.time_ns : first_ns;
+        last_ns = r.time_ns > last_ns ? r.time_ns : last_ns;
         if (r.action >= CCI_TBIN_ACTIONS || r.seq >= SEQ_LIMIT) {
             snprintf(err, errlen, "%s: malformed record %zu at byte %zu: %s %llu", name, i,
                      (size_t)hsize + i * rsize,
@@ -181,6 +184,7 @@ int cci_trace_parse_bin(const uint8_t *buf, size_t len, const char *name, cci_tr
     }
     if (!sorted)
         qsort(k, n, sizeof *k, cmp_keyed);
+    t->duration_us = last_ns > first_ns && first_ns != UINT64_MAX ? (last_ns - first_ns) / 1000 : 0;
 
     t->ev = malloc((n ? n : 1) * sizeof *t->ev);
     if (!t->ev) {

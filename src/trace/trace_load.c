@@ -27,6 +27,10 @@
 // - A pipe, FIFO or device (ccreplay /dev/zero) has no size to trust: its reading stops here. A
 //   regular file may grow while it is read by at most as much again.
 #define MAX_STREAM_INPUT ((size_t)1 << 30)
+// The format is known from the first bytes: the first read takes at most SNIFF_BYTES, and once
+// SNIFF_MIN bytes (the longest magic) are in, an input that starts no known format is refused.
+#define SNIFF_BYTES ((size_t)64 << 10)
+#define SNIFF_MIN 16
 // - The snapshot-to-trace step may examine at most this many values per byte of (decompressed)
 //   pickle. Each value a writer emits costs at least one byte, so a real snapshot, in which every
 //   event and every device trace is its own object, stays under 1; only memo references that share
@@ -62,58 +66,42 @@ static size_t next_room(const buffer *b)
     return room > (4 << 20) ? (4 << 20) : room;
 }
 
-static int read_file(const char *path, buffer *b, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: is a directory, not a trace", path);
-        close(fd);
-        return -1;
-    }
-    size_t want = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 20;
-    size_t limit = (S_ISREG(st.st_mode) ? (size_t)st.st_size : 0) + MAX_STREAM_INPUT;
-    for (;;) {
-        if (b->n >= limit) {
-            snprintf(err, errlen, "%s: more than %zu MiB %s; refusing to read further (save the trace to a "
-                     "regular file)", path, limit >> 20,
-                     S_ISREG(st.st_mode) ? "and still growing while read" : "from a pipe or device");
-            close(fd);
-            return -1;
-        }
-        if (want > limit - b->n)
-            want = limit - b->n;
-        if (buf_reserve(b, want)) {
-            snprintf(err, errlen, "%s: out of memory reading the file", path);
-            close(fd);
-            return -1;
-        }
-        size_t room = b->cap - b->n < limit - b->n ? b->cap - b->n : limit - b->n;
-        ssize_t r = read(fd, b->p + b->n, room);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        b->n += (size_t)r;
-        want = 1 << 20;
-    }
-    close(fd);
-    return 0;
-}
-
 static const uint8_t XZ_MAGIC[6] = {0xfd, '7', 'z', 'X', 'Z', 0};
 static const uint8_t GZ_MAGIC[2] = {0x1f, 0x8b};
+static const char TEXT_MAGIC[] = "# cci-text-trace";
+
+// A zlib header: deflate with a window of at most 32 KiB, no preset dictionary, and the check
+// bits that make the two bytes a multiple of 31 (RFC 1950).
+static int is_zlib(const uint8_t *p, size_t n)
+{
+    return n >= 2 && (p[0] & 0x0f) == 8 && (p[0] >> 4) <= 7 && !(p[1] & 0x20) && ((p[0] << 8) | p[1]) % 31 == 0;
+}
+
+// Protocol 2+ pickles start with PROTO and its number; 0 and 1 with whatever builds the first
+// value (GLOBAL included, so that a malicious old-protocol pickle is named as such).
+static int is_pickle(const uint8_t *p, size_t n)
+{
+    if (n >= 2 && p[0] == 0x80)
+        return p[1] >= 2 && p[1] <= 5;
+    return n >= 1 && p[0] && strchr("(}])cNIJKLMFGSVXTUBC", p[0]) != NULL;
+}
+
+// The formats recognised from the first bytes (docs/trace-format.md, docs/text-trace-format.md):
+// 1 when `p` may start a trace ccreplay reads. A prefix shorter than a magic matches when it
+// agrees as far as it goes (a complete input that short is refused by the reader later).
+static int prefix_of(const uint8_t *p, size_t n, const void *magic, size_t m)
+{
+    return !memcmp(p, magic, n < m ? n : m);
+}
+
+static int looks_like_trace(const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return 1;  // empty: the reader says so
+    return prefix_of(p, n, XZ_MAGIC, sizeof XZ_MAGIC) || prefix_of(p, n, GZ_MAGIC, sizeof GZ_MAGIC) ||
+           is_zlib(p, n) || prefix_of(p, n, CCI_TBIN_MAGIC, 8) || prefix_of(p, n, TEXT_MAGIC, sizeof TEXT_MAGIC - 1) ||
+           is_pickle(p, n);
+}
 
 static int decompress_xz(const char *path, const buffer *in, buffer *out, char *err, size_t errlen)
 {
@@ -155,11 +143,12 @@ static int decompress_xz(const char *path, const buffer *in, buffer *out, char *
 #endif
 }
 
-static int decompress_gz(const char *path, const buffer *in, buffer *out, char *err, size_t errlen)
+// gzip (zlib = 0) or a bare zlib stream (zlib = 1, as Python's zlib.compress writes it).
+static int decompress_gz(const char *path, const buffer *in, buffer *out, char *err, size_t errlen, int zlib)
 {
 #ifdef CCI_HAVE_ZLIB
     z_stream z = {0};
-    if (inflateInit2(&z, 15 + 16) != Z_OK) {
+    if (inflateInit2(&z, zlib ? 15 : 15 + 16) != Z_OK) {
         snprintf(err, errlen, "%s: cannot start the gzip decoder", path);
         return -1;
     }
@@ -184,7 +173,7 @@ static int decompress_gz(const char *path, const buffer *in, buffer *out, char *
         out->n += before_out - z.avail_out;
         if (rc == Z_STREAM_END) {
             // gzip allows several members back to back (e.g. files joined with cat).
-            if (pos == in->n)
+            if (pos == in->n || zlib)
                 break;
             if (in->n - pos < 2 || memcmp(in->p + pos, GZ_MAGIC, 2) != 0)
                 break;  // trailing garbage after a complete member: ignored, as gzip does
@@ -208,7 +197,8 @@ static int decompress_gz(const char *path, const buffer *in, buffer *out, char *
 #else
     (void)in;
     (void)out;
-    snprintf(err, errlen, "%s: is gzip-compressed, but this ccreplay was built without zlib "
+    (void)zlib;
+    snprintf(err, errlen, "%s: is gzip- or zlib-compressed, but this ccreplay was built without zlib "
              "(install zlib1g-dev and rebuild, or decompress it with 'gzip -d' first)", path);
     return -1;
 #endif
@@ -288,6 +278,7 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, size_t pickle
     }
     if (spend(path, &budget, traces->c.n, cap, err, errlen))
         return -1;
+    uint64_t first_us = UINT64_MAX, last_us = 0;  // the run's span, where events carry time_us
     for (size_t d = 0; d < traces->c.n; d++) {
         const cci_pv *evs = traces->c.v[d];
         if (!is_list(evs)) {
@@ -329,12 +320,18 @@ static int snapshot_to_trace(const char *path, const cci_pv *root, size_t pickle
                                  .device = (uint32_t)d, .action = (uint8_t)action};
             if (action == CCI_EV_OOM)
                 t->recorded_ooms++;
+            const cci_pv *tu = cci_pv_get(ev, "time_us");
+            if (tu && tu->type == CCI_PV_INT && (tu->is_u64 || tu->i >= 0)) {
+                first_us = tu->u < first_us ? tu->u : first_us;
+                last_us = tu->u > last_us ? tu->u : last_us;
+            }
             if (cci_trace_push(t, &e) != 0) {
                 snprintf(err, errlen, "%s: out of memory after %zu events", path, t->n);
                 return -1;
             }
         }
     }
+    t->duration_us = first_us != UINT64_MAX && last_us > first_us ? last_us - first_us : 0;
     return 0;
 }
 
@@ -358,6 +355,71 @@ static int parse_snapshot(const char *path, const buffer *b, cci_trace *t, char 
     return rc;
 }
 
+static int read_file(const char *path, buffer *b, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory, not a trace", path);
+        close(fd);
+        return -1;
+    }
+    // The first SNIFF_BYTES decide whether to read on: /dev/zero or a stray file is refused after
+    // one small read, not after the stream limit.
+    size_t want = SNIFF_BYTES;
+    size_t limit = (S_ISREG(st.st_mode) ? (size_t)st.st_size : 0) + MAX_STREAM_INPUT;
+    int sniffed = 0;
+    for (;;) {
+        if (!sniffed && b->n >= SNIFF_MIN) {
+            sniffed = 1;
+            if (!looks_like_trace(b->p, b->n)) {
+                snprintf(err, errlen, "%s: file is not a trace: expected a cci binary trace, a cci text trace or a "
+                         "pickled PyTorch memory snapshot (plain, gzip, xz or zlib); stopped reading after %zu "
+                         "bytes", path, b->n);
+                close(fd);
+                return -1;
+            }
+            want = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 20;
+        }
+        if (b->n >= limit) {
+            snprintf(err, errlen, "%s: more than %zu MiB %s; refusing to read further (save the trace to a "
+                     "regular file)", path, limit >> 20,
+                     S_ISREG(st.st_mode) ? "and still growing while read" : "from a pipe or device");
+            close(fd);
+            return -1;
+        }
+        if (want > limit - b->n)
+            want = limit - b->n;
+        if (buf_reserve(b, want)) {
+            snprintf(err, errlen, "%s: out of memory reading the file", path);
+            close(fd);
+            return -1;
+        }
+        size_t room = b->cap - b->n < limit - b->n ? b->cap - b->n : limit - b->n;
+        ssize_t r = read(fd, b->p + b->n, room);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        b->n += (size_t)r;
+        if (sniffed)
+            want = 1 << 20;
+    }
+    close(fd);
+    return 0;  // shorter than SNIFF_MIN: the reader looks at it as it is
+}
+
 // ---- entry points -------------------------------------------------------------------------
 
 int cci_trace_load_mem(const uint8_t *data, size_t len, const char *path, cci_trace *t, char *err, size_t errlen)
@@ -373,26 +435,31 @@ int cci_trace_load_mem(const uint8_t *data, size_t len, const char *path, cci_tr
         b = &dec;
         container = "xz-compressed ";
     } else if (raw.n >= 2 && !memcmp(raw.p, GZ_MAGIC, 2)) {
-        if (decompress_gz(path, &raw, &dec, err, errlen) != 0)
+        if (decompress_gz(path, &raw, &dec, err, errlen, 0) != 0)
             goto out;
         b = &dec;
         container = "gzip-compressed ";
+    } else if (is_zlib(raw.p, raw.n)) {
+        if (decompress_gz(path, &raw, &dec, err, errlen, 1) != 0)
+            goto out;
+        b = &dec;
+        container = "zlib-compressed ";
     }
-    static const char text_magic[] = "# cci-text-trace";
+    const char *text_magic = TEXT_MAGIC;
     if (b->n == 0) {
         snprintf(err, errlen, "%s: %sfile is empty, not a trace", path, container);
     } else if (b->n >= 8 && !memcmp(b->p, CCI_TBIN_MAGIC, 8)) {
         rc = cci_trace_parse_bin(b->p, b->n, path, t, err, errlen);
-    } else if (b->n >= sizeof text_magic - 1 && !memcmp(b->p, text_magic, sizeof text_magic - 1)) {
+    } else if (b->n >= sizeof TEXT_MAGIC - 1 && !memcmp(b->p, text_magic, sizeof TEXT_MAGIC - 1)) {
         rc = cci_trace_parse_text((const char *)b->p, b->n, path, t, err, errlen);
-    } else if (b->p[0] == 0x80 || (b->p[0] && strchr("(}])cNIJKLMFGSVXTUBC", b->p[0]))) {
+    } else if (is_pickle(b->p, b->n)) {
         // Protocol 2+ pickles start with PROTO; 0 and 1 with whatever builds the first value
         // (GLOBAL included, so that a malicious old-protocol pickle is named as such).
         rc = parse_snapshot(path, b, t, err, errlen);
     } else {
         snprintf(err, errlen,
                  "%s: %sfile is not a trace: expected a cci binary trace, a cci text trace or a pickled "
-                 "PyTorch memory snapshot (plain, gzip or xz)",
+                 "PyTorch memory snapshot (plain, gzip, xz or zlib)",
                  path, container);
     }
 out:

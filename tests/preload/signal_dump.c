@@ -78,6 +78,9 @@ int main(int argc, char **argv)
     fclose(f);
     CHECK(got == (size_t)st.st_size && buf[0] == '{' && strstr(buf, "\"allocated_bytes.all.current\""),
           "the report is the JSON form, chosen by the .json extension");
+    // Taken while the program ran, on the fake CUDA: labelled as a live dump of a simulated device.
+    CHECK(strstr(buf, "\"taken\": \"live\"") && strstr(buf, "\"simulated_device\": true"),
+          "the live report says it is live and on a simulated device");
     free(buf);
     cudaFree(warm);
     return 0;

@@ -96,13 +96,17 @@ static int measured_whatif(cci_report_whatif *w)
     w->seconds = 0.25;
     w->bound_seconds = 5;
     w->planned = w->replayed = 1 + sizeof rows / sizeof rows[0];
-    w->current = (cci_report_whatif_row){"", 96 * MIB, 64 * MIB, 17, 0};
+    w->current = (cci_report_whatif_row){.conf = "", .peak_reserved = 96 * MIB, .peak_allocated = 64 * MIB,
+                                         .num_device_alloc = 17, .calls = {.device_allocs = 17}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         cci_report_whatif_row *r = &w->rows[w->nrows++];
         snprintf(r->conf, sizeof r->conf, "%s", rows[i].conf);
         r->peak_reserved = rows[i].peak_mib * MIB;
         r->peak_allocated = 64 * MIB;
         r->num_device_alloc = rows[i].device_allocs;
+        r->calls.device_allocs = rows[i].device_allocs;
+        r->calls.vmm_mode = strstr(rows[i].conf, "expandable") ? 1 : 0;
+        r->calls.maps = r->calls.vmm_mode ? rows[i].device_allocs : 0;
     }
     return 0;
 }

@@ -146,6 +146,51 @@ def check_dom(dom, ndev):
     check("max_split_size_mb:64" in dom, "the split advice of the misses workload")
 
 
+# Run in a copy of the report (the report itself has no script): the page's width, every
+# configuration token drawn on one line, nothing wider than the page, and no two neighbouring
+# blocks (children of the body, of a device section, of the side-by-side tables) overlapping.
+LAYOUT_SCRIPT = """<script>(function(){
+var out=[], W=document.documentElement.clientWidth;
+document.querySelectorAll('p.conf code.tok').forEach(function(e){
+  if(e.getClientRects().length!==1) out.push('token cut: '+e.textContent);});
+document.querySelectorAll('body *').forEach(function(e){
+  var r=e.getBoundingClientRect(); if(r.width>0&&r.right>W+0.5) out.push('past the page: '+e.tagName+
+  (e.id?'#'+e.id:'')+' right '+Math.round(r.right)+' > '+W);});
+var parents=[document.body].concat([].slice.call(document.querySelectorAll('section.device, .tables')));
+parents.forEach(function(p){var k=[].slice.call(p.children).filter(function(e){return e.tagName!=='SCRIPT'&&
+  e.tagName!=='PRE';}).map(function(e){return [e,e.getBoundingClientRect()];}).filter(function(x){
+  return x[1].width>0&&x[1].height>0;});
+  for(var i=0;i<k.length;i++)for(var j=i+1;j<k.length;j++){var a=k[i][1],b=k[j][1];
+    if(a.left<b.right-0.5&&b.left<a.right-0.5&&a.top<b.bottom-0.5&&b.top<a.bottom-0.5)
+      out.push('overlap: '+k[i][0].tagName+(k[i][0].id?'#'+k[i][0].id:'')+' and '+k[j][0].tagName+
+               (k[j][0].id?'#'+k[j][0].id:''));}});
+var tok=document.querySelectorAll('p.conf code.tok').length;
+var pre=document.createElement('pre'); pre.id='layout-check';
+pre.textContent=JSON.stringify({width:W,tokens:tok,problems:out.slice(0,20)});
+document.body.appendChild(pre);})();</script>"""
+
+
+def check_layout(exe, tmp, html, width):
+    """The report at a window `width` px wide: no configuration token cut, nothing overlapping."""
+    path = Path(tmp, f"layout-{width}.html")
+    path.write_text(html.replace("</body>", LAYOUT_SCRIPT + "</body>"), encoding="utf-8")
+    dom = chromium(exe, tempfile.mkdtemp(dir=tmp), f"--window-size={width},1000", "--dump-dom",
+                   path.resolve().as_uri()).decode("utf-8", "replace")
+    m = re.search(r'<pre id="layout-check">(.*?)</pre>', dom, re.S)
+    check(m, f"{width} px: the layout check did not run")
+    if not m:
+        return dom
+    import html as htmllib
+    import json
+    got = json.loads(htmllib.unescape(m.group(1)))
+    print(f"{width} px: page {got['width']} px wide, {got['tokens']} configuration tokens, "
+          f"{len(got['problems'])} problem(s)")
+    check(got["width"] <= width and got["width"] > width - 40, f"{width} px: the page is {got['width']} px wide")
+    check(got["tokens"] >= 3 * 7, f"{width} px: only {got['tokens']} configuration tokens")
+    check(not got["problems"], f"{width} px: {got['problems']}")
+    return dom
+
+
 def main():
     exe = find_chromium()
     if not exe:
@@ -157,8 +202,9 @@ def main():
         html = html_path.read_text(encoding="utf-8")
         check_static(html)
         url = html_path.resolve().as_uri()
-        dom = chromium(exe, tempfile.mkdtemp(dir=tmp), "--dump-dom", url).decode("utf-8", "replace")
+        dom = check_layout(exe, tmp, html, 1400)
         check_dom(dom, 3)
+        check_layout(exe, tmp, html, 800)
         png = Path(tmp, "shot.png")
         chromium(exe, tempfile.mkdtemp(dir=tmp), f"--screenshot={png}", "--window-size=1200,1600", url)
         data = png.read_bytes()

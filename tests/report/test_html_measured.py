@@ -48,8 +48,11 @@ def frames_of(row_html):
 def check_whatif(dom):
     rows = table(dom, "whatif-0")
     got = [tuple(cells(r)[:4]) for r in rows]
-    want = [(c + (" (this run)" if pct == "current" else ""), mib, pct, allocs) for c, mib, pct, allocs in WHATIF_ROWS]
+    # The tuner recommends expandable segments: lowest peak, and fewer calls than the current setting.
+    want = [(c + (" (this run)" if pct == "current" else "") + (" (recommended)" if i == 0 else ""), mib, pct, allocs)
+            for i, (c, mib, pct, allocs) in enumerate(WHATIF_ROWS)]
     check(got == want, f"what-if rows: {got}")
+    check("rule: fewest OOMs" in dom, "the tuner's rule is not stated under the what-if table")
     current = [r for r in rows if 'class="current"' in r]
     check(len(current) == 1 and "(defaults)" in current[0], "the current row is not marked once")
     check("1234 allocation events replayed under 4 of 4 configurations" in dom, "what-if summary line")

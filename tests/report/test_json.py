@@ -125,7 +125,7 @@ def is_count(v):
 
 
 ROW_KEYS = {"conf": str, "peak_reserved_bytes": int, "peak_allocated_bytes": int, "num_device_alloc": int,
-            "num_ooms": int, "delta": int}
+            "num_ooms": int, "delta": int, "device_calls": int, "estimated_call_ms": float}
 
 
 def check_row(d, r, cur_peak, where):
@@ -133,6 +133,8 @@ def check_row(d, r, cur_peak, where):
     for k, t in ROW_KEYS.items():
         v = r.get(k)
         check(isinstance(v, t) and not isinstance(v, bool), f"device {d}: {where}.{k} = {v!r} is not {t.__name__}")
+        if t is float:
+            check(v >= 0, f"device {d}: {where}.{k} negative")
         if t is int and k != "delta":
             check(is_count(v), f"device {d}: {where}.{k} negative")
     if cur_peak is not None:
@@ -157,7 +159,8 @@ def check_whatif_schema(dev, expect_measured):
         check(isinstance(meta.get(k), (int, float)) and meta[k] >= 0, f"device {d}: what_if_replay.{k}")
     check(meta["configurations_replayed"] <= meta["configurations_planned"], f"device {d}: replayed > planned")
     if not expect_measured:
-        check(wi == [] and meta["current"] is None, f"device {d}: unmeasured what-if not empty")
+        check(wi == [] and meta["current"] is None and meta.get("recommended", 0) is None,
+              f"device {d}: unmeasured what-if not empty")
     else:
         cur = meta["current"]
         check_row(d, cur, None, "current")
@@ -182,6 +185,11 @@ def check_whatif_schema(dev, expect_measured):
         check(keys == sorted(keys), f"device {d}: what_if not ranked (OOMs, peak, device allocs)")
         confs = [r["conf"] for r in wi]
         check(len(set(confs)) == len(confs), f"device {d}: a configuration listed twice")
+        # The tuner's choice is one of the rows (or the current one), and its rule is stated.
+        rec = meta.get("recommended")
+        check(isinstance(rec, dict) and (rec == cur or rec in wi), f"device {d}: recommended {rec!r} not a row")
+        check(isinstance(meta.get("rule"), str) and meta["rule"].startswith("rule: fewest OOMs"),
+              f"device {d}: rule {meta.get('rule')!r}")
         check(cur["conf"] == dev["config"] or cur["conf"] in dev["config"] or dev["config"].startswith(cur["conf"]),
               f"device {d}: current conf {cur['conf']!r} vs the run's {dev['config']!r}")
     for when in ["at_peak", "at_exit"]:
