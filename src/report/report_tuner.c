@@ -6,20 +6,23 @@
 
 #include "tuner.h"
 
-// What one device call costs the host, microseconds. These are the lead's device measurements
-// on an H100 (driver 580, CUDA 13) of 2026-11-28, taken with the preload's own cost counters
-// (stats version 4): refresh them when the counters say otherwise on newer hardware or drivers.
-// cudaMalloc of a new segment was ~400 µs per call across 2 MiB..1 GiB, modelled as a fixed part
-// plus a part per MiB; the VMM calls are per call on 2 MiB pages.
-#define US_MALLOC_FIXED 60.0
-#define US_MALLOC_PER_MIB 0.35
-#define US_FREE 250.0
-#define US_MEM_CREATE 14.0
-#define US_MEM_MAP 18.0
-#define US_MEM_SET_ACCESS 6.0
-#define US_MEM_UNMAP 157.0
-#define US_MEM_RELEASE 23.0
-#define COST_ORIGIN "H100 figures measured 2026-11-28"
+// What one device call costs the host, microseconds, on an idle H100 (driver 580, CUDA 13), one
+// thread, 2 MiB pages: ../shared/reference/vmm-and-streams-facts.md, "The CUDA virtual-memory
+// (VMM) API on the H100". cudaMalloc there: 46-47 us for 2 MiB, 47-50 for 20 MiB, 146-163 for
+// 512 MiB, modelled as a fixed part plus a part per MiB; cudaFree 38-39, 53-57 and 348-361 us,
+// counted at its 20 MiB figure (the tuner counts frees, not their bytes). Refresh from the
+// preload's own counters (cci_stats vmm_*, the exit line) on other hardware; while kernels run
+// the calls cost more (cuMemSetAccess 171 us on the H100, 130-1600 us on an H200 under DDP,
+// docs/benchmarks.md, "Multi-stream"), so these are lower bounds.
+#define US_MALLOC_FIXED 46.0
+#define US_MALLOC_PER_MIB 0.21
+#define US_FREE 55.0
+#define US_MEM_CREATE 13.0
+#define US_MEM_MAP 1.7
+#define US_MEM_SET_ACCESS 30.0
+#define US_MEM_UNMAP 22.0
+#define US_MEM_RELEASE 15.0
+#define COST_ORIGIN "idle-H100 figures"
 
 // Extra device-call time a configuration may add over the reference without being passed over,
 // as a share of the recorded run's duration: below it the calls are noise against the run.
