@@ -78,6 +78,10 @@ typedef struct cci_settings {
     char bad_context_fences[64];    ///< a refused value ("" when none): they stay on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
+    // CCI_PINNED_CACHE=0 passes pinned host memory calls through (serve/host_cache.c); 1 or
+    // unset: the pinned host cache serves them.
+    int pinned_cache;
+    char bad_pinned_cache[64];      ///< a refused value ("" when none): the cache stays on
 } cci_settings;
 
 enum {

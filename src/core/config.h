@@ -28,6 +28,12 @@ typedef struct cci_config {
     int immediate_reuse;             ///< our key: reuse a freed block at once (single-stream programs)
     int memgetinfo_cached_as_free;   ///< our key: cudaMemGetInfo counts our cached-free bytes as free; default 1
     int intercept_level;             ///< our key: CCI_LEVEL_* bits, never 0; default CCI_LEVEL_BOTH
+    // The pinned host cache's keys (PyTorch's names; the preload's host_cache.c honours them).
+    int pinned_use_cuda_host_register;    ///< pin with malloc + cudaHostRegister
+    unsigned pinned_num_register_threads; ///< threads that fault in a large buffer's pages; default 1
+    int pinned_use_background_threads;    ///< a thread of ours finds freed buffers' fences passed
+    size_t pinned_reserve_segment_size;   ///< bytes pinned up front for small requests; 0 = none
+    int pinned_free_catch_all;            ///< accepted (our frees never throw)
 } cci_config;
 
 void cci_config_default(cci_config *c);

@@ -114,5 +114,17 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
         put(&o, ",intercept_level:%s", cci__level_names[c->intercept_level]);
     if (c->compact_segments)  // likewise: only when set
         put(&o, ",compact_segments:True");
+    // The pinned host cache's keys, only where they differ from the defaults.
+    if (c->pinned_use_cuda_host_register)
+        put(&o, ",pinned_use_cuda_host_register:True");
+    if (c->pinned_num_register_threads > 1)
+        put(&o, ",pinned_num_register_threads:%u", c->pinned_num_register_threads);
+    if (c->pinned_use_background_threads)
+        put(&o, ",pinned_use_background_threads:True");
+    if (c->pinned_reserve_segment_size)
+        put(&o, ",pinned_reserve_segment_size_mb:%llu",
+            (unsigned long long)(c->pinned_reserve_segment_size >> 20));
+    if (c->pinned_free_catch_all)
+        put(&o, ",pinned_free_catch_all:True");
     return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }
