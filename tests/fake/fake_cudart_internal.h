@@ -65,7 +65,13 @@
     X(cuGraphDestroy)              \
     X(fakecu_stream_hold)          \
     X(fakecu_stream_demand)        \
-    X(fakecu_launch)
+    X(fakecu_launch)               \
+    X(cuMemHostAlloc)              \
+    X(cuMemFreeHost)               \
+    X(cuMemHostRegister_v2)        \
+    X(cuMemHostUnregister)         \
+    X(cuMemHostGetFlags)           \
+    X(cuMemHostGetDevicePointer_v2)
 
 #define DECLARE_PTR(name) __typeof__(name) *name;
 struct fcrt_driver {

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+// The pinned host cache (preload/serve/host_cache.c) under the fake CUDA. Modes:
+//   reuse       a freed buffer comes back for its size class and flags only, through all four
+//               allocation calls; the questions (flags, device pointer, attributes) answer as for
+//               the real buffer; the statistics count it; cci_empty_cache gives it back.
+//   hazard      a slow copy from a pinned buffer is queued on a non-blocking stream, the buffer
+//               freed and a new one of its size allocated and written by the CPU: the copy must
+//               see the old data. `hazard control` (CCI_DEBUG_UNSAFE=no-fences) expects the
+//               corruption: it proves the test sees the hazard the fence prevents.
+//   reserve     pinned_reserve_segment_size_mb: small requests carved from one pinning; a carved
+//               buffer (not an allocation's start) answers flags, device pointer and attributes.
+//   register    pinned_use_cuda_host_register (+ threads): pinned by malloc + register.
+//   background  pinned_use_background_threads: the hazard holds, and a passed buffer comes back.
+//   off         CCI_PINNED_CACHE=0: every allocation pins anew.
+#include "fake_cuda_driver.h"
+#include "ptest.h"
+
+#define N ((size_t)1 << 20)
+
+static ptest_api api;
+
+static cci_stats stats(void)
+{
+    return ptest_stats(&api, 0);
+}
+
+static void check_questions(void *p, unsigned want_flags, const char *what)
+{
+    unsigned flags = 99;
+    CUDA_OK(cudaHostGetFlags(&flags, p));
+    CHECK(flags == want_flags, "%s: cudaHostGetFlags says %u, want %u", what, flags, want_flags);
+    CU_OK(cuMemHostGetFlags(&flags, p));
+    CHECK(flags == want_flags, "%s: cuMemHostGetFlags says %u", what, flags);
+    void *d = NULL;
+    CUDA_OK(cudaHostGetDevicePointer(&d, p, 0));
+    CHECK(d == p, "%s: device pointer %p is the host address %p", what, d, p);
+    CUdeviceptr cd = 0;
+    CU_OK(cuMemHostGetDevicePointer_v2(&cd, p, 0));
+    CHECK((void *)(uintptr_t)cd == p, "%s: driver device pointer", what);
+    struct cudaPointerAttributes at;
+    CUDA_OK(cudaPointerGetAttributes(&at, p));
+    CHECK(at.type == cudaMemoryTypeHost && at.hostPointer == p && at.devicePointer == p,
+          "%s: attributes say pinned host memory at its own address (type %d)", what, (int)at.type);
+}
+
+static void run_reuse(void)
+{
+    unsigned long long pins0 = fakecu_host_pins();
+    void *a, *b, *c, *m;
+    CUDA_OK(cudaHostAlloc(&a, 3000, cudaHostAllocDefault));
+    check_questions(a, 0, "fresh buffer");
+    CUDA_OK(cudaFreeHost(a));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMallocHost(&b, 4096));  // the same power-of-two class as 3000
+    CHECK(b == a, "a freed buffer whose fence passed comes back for its class (%p, %p)", a, b);
+    check_questions(b, 0, "reused buffer");
+    CUDA_OK(cudaHostAlloc(&m, 4000, cudaHostAllocMapped));
+    CHECK(m != b, "another flag set never gets the buffer");
+    CUDA_OK(cudaFreeHost(b));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaHostAlloc(&c, 4000, cudaHostAllocPortable));
+    CHECK(c != b, "a portable request does not get a default buffer");
+    CUDA_OK(cudaFreeHost(c));
+    CUDA_OK(cudaFreeHost(m));
+    CUDA_OK(cudaDeviceSynchronize());
+    void *d1, *d2;  // the driver's calls share the buffers
+    CU_OK(cuMemAllocHost_v2(&d1, 2500));
+    CHECK(d1 == b, "cuMemAllocHost_v2 gets the runtime's freed buffer");
+    CU_OK(cuMemHostAlloc(&d2, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+    CHECK(d2 == m, "cuMemHostAlloc(DEVICEMAP) gets the mapped buffer");
+    check_questions(d2, cudaHostAllocMapped, "mapped buffer");
+    CU_OK(cuMemFreeHost(d1));
+    CUDA_OK(cudaFreeHost(d2));
+    CHECK(fakecu_host_pins() - pins0 == 3, "three pinnings for three (class, flags) pairs: %llu",
+          fakecu_host_pins() - pins0);
+    cci_stats s = stats();
+    CHECK(s.version == CCI_STATS_VERSION && s.pinned_hits == 3 && s.pinned_misses == 3 &&
+              s.pinned_buffers.current == 0 && s.pinned_buffers.peak == 2 &&
+              s.pinned_cached_bytes.current == 3 * 4096 && s.pinned_reserved_bytes.current == 3 * 4096 &&
+              s.pinned_fence_records == 6 && s.pinned_host_allocs == 3,
+          "statistics: hits %llu misses %llu fences %llu cached %lld peak buffers %lld",
+          (unsigned long long)s.pinned_hits, (unsigned long long)s.pinned_misses,
+          (unsigned long long)s.pinned_fence_records, (long long)s.pinned_cached_bytes.current,
+          (long long)s.pinned_buffers.peak);
+    unsigned long long unpins0 = fakecu_host_unpins();
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(api.empty_cache(0) == 0, "cci_empty_cache");
+    s = stats();
+    CHECK(fakecu_host_unpins() - unpins0 == 3 && s.pinned_reserved_bytes.current == 0 &&
+              s.pinned_host_frees == 3,
+          "empty_cache gives the three buffers back (%llu)", fakecu_host_unpins() - unpins0);
+    void *again;
+    CUDA_OK(cudaHostAlloc(&again, 100, 0));
+    CUDA_OK(cudaFreeHost(again));  // left cached: the exit gives it back
+    CHECK(cudaFreeHost(again) != cudaSuccess, "a second free of a cached buffer is refused");
+}
+
+// One round of the hazard: returns 1 when the copy saw the old data.
+// settle_ms: a pause after the free, so a background thread has its chance to reclaim early.
+static int hazard_round(cudaStream_t s, void *dev, int expect_reuse, long settle_ms)
+{
+    void *a, *b;
+    CUDA_OK(cudaHostAlloc(&a, N, 0));
+    memset(a, 0xAA, N);
+    fakecuda_delayed_copy(dev, a, N, s, 100000);
+    CUDA_OK(cudaFreeHost(a));  // the copy is still queued
+    if (settle_ms)
+        ptest_sleep_ms(settle_ms);
+    CUDA_OK(cudaHostAlloc(&b, N, 0));
+    if (expect_reuse)
+        CHECK(b == a, "control: without the fence the buffer comes back at once");
+    else
+        CHECK(b != a, "a buffer a queued copy still reads is not handed out again");
+    memset(b, 0x55, N);  // the new owner writes with the CPU
+    CUDA_OK(cudaDeviceSynchronize());
+    int intact = ptest_all_bytes(dev, N, 0xAA);
+    CUDA_OK(cudaFreeHost(b));
+    return intact;
+}
+
+static void run_hazard(int control)
+{
+    cudaStream_t s = ptest_stream(cudaStreamNonBlocking);
+    void *dev;
+    CUDA_OK(cudaMalloc(&dev, N));
+    int intact = hazard_round(s, dev, control, 0);
+    if (control) {
+        CHECK(!intact, "control: the queued copy read the new owner's bytes (the hazard)");
+    } else {
+        CHECK(intact, "the queued copy read the old data");
+        // Once the copy ran, the buffer is reused.
+        void *c;
+        CUDA_OK(cudaHostAlloc(&c, N, 0));
+        cci_stats st = stats();
+        CHECK(st.pinned_hits >= 1, "after the fence passed the buffer is reused (hits %llu)",
+              (unsigned long long)st.pinned_hits);
+        CUDA_OK(cudaFreeHost(c));
+    }
+    CUDA_OK(cudaFree(dev));
+    CUDA_OK(cudaStreamDestroy(s));
+}
+
+static void run_reserve(void)
+{
+    unsigned long long pins0 = fakecu_host_pins();
+    void *p[3];
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaHostAlloc(&p[i], 1000, 0));
+    CHECK(fakecu_host_pins() - pins0 == 1, "three small buffers, one pinning (the segment)");
+    CHECK((char *)p[1] - (char *)p[0] == 1024 && (char *)p[2] - (char *)p[1] == 1024,
+          "carved end to end in their class size");
+    check_questions(p[1], 0, "carved buffer");
+    void *big, *mapped;
+    CUDA_OK(cudaHostAlloc(&big, 2u << 20, 0));
+    CUDA_OK(cudaHostAlloc(&mapped, 1000, cudaHostAllocMapped));
+    CHECK(fakecu_host_pins() - pins0 == 3, "large and flagged requests are pinned on their own");
+    cci_stats s = stats();
+    CHECK(s.pinned_reserve_segment_bytes == (4u << 20) &&
+              s.pinned_reserved_bytes.current == (4 << 20) + (2 << 20) + 1024,
+          "the segment is held whole (%lld)", (long long)s.pinned_reserved_bytes.current);
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaFreeHost(p[i]));
+    CUDA_OK(cudaFreeHost(big));
+    CUDA_OK(cudaFreeHost(mapped));
+    CUDA_OK(cudaDeviceSynchronize());
+    void *q;
+    CUDA_OK(cudaMallocHost(&q, 800));
+    CHECK(q == p[0], "a carved buffer is reused like any other");
+    CUDA_OK(cudaFreeHost(q));
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long unpins0 = fakecu_host_unpins();
+    api.empty_cache(0);
+    CHECK(fakecu_host_unpins() - unpins0 == 3 && stats().pinned_reserve_segment_bytes == 0,
+          "empty_cache gives back the segment once nothing carved is in use (%llu)",
+          fakecu_host_unpins() - unpins0);
+}
+
+static void run_register(void)
+{
+    void *p, *q;
+    CUDA_OK(cudaHostAlloc(&p, 20u << 20, cudaHostAllocPortable));
+    memset(p, 1, 20u << 20);
+    unsigned flags = 0;
+    CUDA_OK(cudaHostGetFlags(&flags, p));
+    CHECK(flags == cudaHostAllocPortable, "a registered buffer answers the flags it was asked with");
+    CHECK(cudaHostRegister(p, 4096, 0) != cudaSuccess, "the buffer is registered memory (the fake "
+          "refuses a second registration)");
+    struct cudaPointerAttributes at;
+    CUDA_OK(cudaPointerGetAttributes(&at, p));
+    CHECK(at.type == cudaMemoryTypeHost, "registered memory is pinned host memory");
+    CUDA_OK(cudaFreeHost(p));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaHostAlloc(&q, 17u << 20, cudaHostAllocPortable));
+    CHECK(q == p, "a registered buffer is reused");
+    CUDA_OK(cudaFreeHost(q));
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long unpins0 = fakecu_host_unpins();
+    api.empty_cache(0);
+    CHECK(fakecu_host_unpins() - unpins0 == 1, "empty_cache unregisters it");
+}
+
+static void run_background(void)
+{
+    cudaStream_t s = ptest_stream(cudaStreamNonBlocking);
+    void *dev;
+    CUDA_OK(cudaMalloc(&dev, N));
+    CHECK(hazard_round(s, dev, 0, 20), "background: the queued copy read the old data");
+    void *c = NULL;
+    int reused = 0;
+    for (int i = 0; i < 200 && !reused; i++) {  // the thread finds the fences passed
+        CUDA_OK(cudaHostAlloc(&c, N, 0));
+        reused = stats().pinned_hits > 0;
+        CUDA_OK(cudaFreeHost(c));
+        ptest_sleep_ms(5);
+    }
+    CHECK(reused, "background: a buffer whose fence passed comes back");
+    CUDA_OK(cudaFree(dev));
+    CUDA_OK(cudaStreamDestroy(s));
+}
+
+static void run_off(void)
+{
+    unsigned long long pins0 = fakecu_host_pins();
+    for (int i = 0; i < 3; i++) {
+        void *p;
+        CUDA_OK(cudaHostAlloc(&p, 4096, 0));
+        CUDA_OK(cudaFreeHost(p));
+    }
+    CHECK(fakecu_host_pins() - pins0 == 3 && stats().pinned_misses == 0,
+          "CCI_PINNED_CACHE=0: every allocation pins anew");
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "reuse";
+    api = ptest_get_api();
+    CHECK(api.is_active() == 1, "the preload is active (%s)", api.config_string());
+    if (!strcmp(mode, "reuse"))
+        run_reuse();
+    else if (!strcmp(mode, "hazard"))
+        run_hazard(argc > 2 && !strcmp(argv[2], "control"));
+    else if (!strcmp(mode, "reserve"))
+        run_reserve();
+    else if (!strcmp(mode, "register"))
+        run_register();
+    else if (!strcmp(mode, "background"))
+        run_background();
+    else if (!strcmp(mode, "off"))
+        run_off();
+    else
+        CHECK(0, "unknown mode %s", mode);
+    printf("pinned %s: ok\n", mode);
+    return 0;
+}
