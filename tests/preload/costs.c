@@ -121,7 +121,7 @@ int main(int argc, char **argv)
     struct fakecu_vmm_stats vm;
     fakecu_vmm_get_stats(&vm);
 
-    CHECK(s->version == 4 && s->size == sizeof *s, "version 4, %u bytes", s->size);
+    CHECK(s->version == 5 && s->size == sizeof *s, "version 5, %u bytes", s->size);
     // Whether the host waits at all depends on timing (the watcher may find the fences passed
     // first, as it does under ThreadSanitizer's scheduling): waits are checked against the core's.
     CHECK(s->fence_record_calls > 0 && s->fence_record_ns > 0 && s->fence_query_calls > 0 &&
@@ -191,6 +191,7 @@ int main(int argc, char **argv)
         CHECK(same, "the fence figures, counted for the process, are the same on both devices");
     }
 
+    old_caller(&api, offsetof(cci_stats, pinned_buffers), s, "version 4");
     old_caller(&api, offsetof(cci_stats, fence_record_calls), s, "version 3");
     old_caller(&api, offsetof(cci_stats, num_fence_records), s, "version 1");
 

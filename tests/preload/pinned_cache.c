@@ -12,6 +12,8 @@
 //   register    pinned_use_cuda_host_register (+ threads): pinned by malloc + register.
 //   background  pinned_use_background_threads: the hazard holds, and a passed buffer comes back.
 //   off         CCI_PINNED_CACHE=0: every allocation pins anew.
+//   report      a program that pins and never allocates device memory: the JSON report has the
+//               "pinned_host" section (the exit's text report is checked by the test's runner).
 #include "fake_cuda_driver.h"
 #include "ptest.h"
 
@@ -230,6 +232,31 @@ static void run_off(void)
           "CCI_PINNED_CACHE=0: every allocation pins anew");
 }
 
+static void run_report(void)
+{
+    void *a, *b;
+    CUDA_OK(cudaHostAlloc(&a, 5000, 0));
+    CUDA_OK(cudaFreeHost(a));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaHostAlloc(&b, 8000, 0));
+    CHECK(a == b, "the fence covers a device the program only copies on (held for the fence)");
+    CUDA_OK(cudaFreeHost(b));
+    char path[256];
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/pinned-report-%ld.json", dir && *dir ? dir : "/tmp", (long)getpid());
+    CHECK(api.dump_report(path) == 0, "report written to %s", path);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "report readable");
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    remove(path);
+    text[n] = '\0';
+    CHECK(strstr(text, "\"pinned_host\": {") && strstr(text, "\"pinned_hits\": 1,") &&
+              strstr(text, "\"pinned_reserved_bytes\": {\"current\": 8192,"),
+          "the JSON report carries the pinned host cache's section");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "reuse";
@@ -247,6 +274,8 @@ int main(int argc, char **argv)
         run_background();
     else if (!strcmp(mode, "off"))
         run_off();
+    else if (!strcmp(mode, "report"))
+        run_report();
     else
         CHECK(0, "unknown mode %s", mode);
     printf("pinned %s: ok\n", mode);
