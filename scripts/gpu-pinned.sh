@@ -35,7 +35,7 @@ run() {
         ours-per-batch) args+=(--mode per-batch --expect-reuse); envs+=(LD_PRELOAD="$CCI_PRELOAD") ;;
         ours-upfront) args+=(--mode upfront); envs+=(LD_PRELOAD="$CCI_PRELOAD") ;;
         ours-per-batch-register) args+=(--mode per-batch --expect-reuse)
-            envs+=(LD_PRELOAD="$CCI_PRELOAD" CCI_ALLOC_CONF=pinned_use_cuda_host_register:True,pinned_num_register_threads:8) ;;
+            envs+=(LD_PRELOAD="$CCI_PRELOAD" "CCI_ALLOC_CONF=pinned_use_cuda_host_register:True,pinned_num_register_threads:8") ;;
         ours-per-batch-background) args+=(--mode per-batch --expect-reuse)
             envs+=(LD_PRELOAD="$CCI_PRELOAD" CCI_ALLOC_CONF=pinned_use_background_threads:True) ;;
     esac
