@@ -69,7 +69,7 @@ typedef struct host_queue {
 
 static struct {
     pthread_mutex_t lock;
-    int on, no_fences, register_path, background, exited;
+    int no_fences, register_path, background, exited;
     unsigned threads;
     size_t reserve_size;
     host_block *by_ptr;
@@ -86,6 +86,9 @@ static struct {
 } hc = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static _Atomic int used;
+// Whether the cache serves: set at start-up (before the layer's mode is published) and in a fork
+// child; read on every pinned call without the lock.
+static _Atomic int cache_on;
 
 static void stat_add(cci_stat *s, int64_t d)
 {
@@ -353,7 +356,7 @@ static void fork_child(void)
 {
     pthread_mutex_init(&hc.lock, NULL);
     pthread_cond_init(&hc.wake, NULL);
-    hc.on = 0;
+    atomic_store_explicit(&cache_on, 0, memory_order_relaxed);
     hc.thread_started = 0;
     hc.by_ptr = NULL;  // the parent's entries leak in the child: freeing them could call CUDA
     memset(hc.ready, 0, sizeof hc.ready);
@@ -368,7 +371,7 @@ void cci_host_cache_start(const cci_settings *s)
         cci_log(CCI_LOG_WARNING, "CCI_PINNED_CACHE=%s is not 0 or 1; the pinned host cache stays on",
                 s->bad_pinned_cache);
     pthread_mutex_lock(&hc.lock);
-    hc.on = s->pinned_cache;
+    atomic_store_explicit(&cache_on, s->pinned_cache, memory_order_relaxed);
     hc.no_fences = (s->debug_unsafe & CCI_DEBUG_UNSAFE_NO_FENCES) != 0;
     hc.register_path = c->pinned_use_cuda_host_register;
     hc.threads = c->pinned_num_register_threads ? c->pinned_num_register_threads : 1;
@@ -384,7 +387,7 @@ static int serving(int level)
 {
     if (level == CCI_LEVEL_DRIVER && cci_pl_forwarding())
         return 0;  // the runtime's own call on its way down: already handled above
-    return cci_pl_serving(level) && hc.on;
+    return cci_pl_serving(level) && atomic_load_explicit(&cache_on, memory_order_relaxed);
 }
 
 // A queued buffer of the class whose fence has passed, taken off its queue; NULL when none of
@@ -432,7 +435,19 @@ static void *carve(int level, size_t size)
     return p;
 }
 
+// Pins `size` bytes for b as b->origin says, without our lock: page locking takes milliseconds,
+// and other threads' frees and hits need not wait for it. The level's code.
+static int pin_unlocked(int level, size_t size, unsigned flags, host_block *b, unsigned threads)
+{
+    pthread_mutex_unlock(&hc.lock);
+    int code = b->origin == ORIGIN_REGISTER ? cci_host_real_register(level, &b->ptr, size, flags, threads)
+                                            : cci_host_real_alloc(level, &b->ptr, size, flags);
+    pthread_mutex_lock(&hc.lock);
+    return code;
+}
+
 // Pins a new buffer of class size `size`: carved, registered or allocated. The level's code.
+// Lock held (dropped around the real pinning; b is on no list meanwhile).
 static int pin_new(int level, size_t size, unsigned flags, host_block *b)
 {
     b->ptr = NULL;
@@ -443,12 +458,10 @@ static int pin_new(int level, size_t size, unsigned flags, host_block *b)
     // Write-combined memory cannot be registered: it is allocated as asked.
     b->origin = hc.register_path && !(flags & CCI_HOST_ALLOC_WRITE_COMBINED) ? ORIGIN_REGISTER : ORIGIN_ALLOC;
     uint64_t t0 = cci_pl_now_ns();
-    int code = b->origin == ORIGIN_REGISTER ? cci_host_real_register(level, &b->ptr, size, flags, hc.threads)
-                                            : cci_host_real_alloc(level, &b->ptr, size, flags);
+    int code = pin_unlocked(level, size, flags, b, hc.threads);
     if (code == 2) {  // out of memory in both APIs: what the cache holds goes back, then once more
         release_cached(0);
-        code = b->origin == ORIGIN_REGISTER ? cci_host_real_register(level, &b->ptr, size, flags, hc.threads)
-                                            : cci_host_real_alloc(level, &b->ptr, size, flags);
+        code = pin_unlocked(level, size, flags, b, hc.threads);
     }
     if (code != 0)
         return code;
@@ -530,13 +543,13 @@ int cci_host_cache_free(int level, void *ptr)
     b->in_use = 0;  // off every list and not in use: no second free, no allocation can take it
     stat_add(&hc.st.pinned_buffers, -1);
     stat_add(&hc.st.pinned_in_use_bytes, -(int64_t)b->size);
-    int exited = hc.exited;
+    int exited = hc.exited, no_fences = hc.no_fences;
     pthread_mutex_unlock(&hc.lock);
 
     // Recorded without our lock: a record may ask every stream.
-    cci_fence f = exited || hc.no_fences ? 0 : record_fence();
+    cci_fence f = exited || no_fences ? 0 : record_fence();
     pthread_mutex_lock(&hc.lock);
-    if (exited || (!f && !hc.no_fences)) {
+    if (exited || (!f && !no_fences)) {
         hc.st.pinned_unfenced_frees += !exited;
         release_block(b);
         pthread_mutex_unlock(&hc.lock);
