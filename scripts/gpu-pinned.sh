@@ -5,7 +5,10 @@
 # without and with the preload, REPEATS rounds in a rotated order. Target: per-batch pinning under
 # the preload (ours-per-batch) within 5 % of pinning up front without it (raw-upfront). Every run
 # also checks that the copied data arrived intact (a buffer handed out while its copy was still
-# queued would corrupt it). About 2 minutes on an H100.
+# queued would corrupt it). Before the timing, tests/gpu/pinned_gpu.cu checks the hazard on the GPU
+# (natively, under the preload, and as a control under CCI_DEBUG_UNSAFE=no-fences, which must show
+# the corruption) and the questions on buffers carved from a reserve segment. About 2 minutes on
+# an H100.
 #
 # Environment: CCI_GPU_OUT, REPEATS (default 5), PINNED_SIZE (bytes, default 16 MiB),
 # PINNED_BATCHES (default 300), PINNED_STREAMS (default 4), NVCC, PYTHON.
@@ -24,6 +27,28 @@ cci_build_preload || exit 1
 cci_nvcc bench_pinned tests/bench/bench_pinned.c tests/bench || exit 1
 OUT=$CCI_GPU_OUT/pinned
 rm -rf "$OUT" && mkdir -p "$OUT"
+
+# ---- safety and the questions, on the GPU --------------------------------------------------------
+if cci_run 120 "$CCI_GPU_OUT/nvcc-pinned_gpu.log" "$NVCC" -O2 -cudart shared tests/gpu/pinned_gpu.cu \
+        -o "$CCI_BIN/pinned_gpu" -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB"; then
+    cci_run 60 "$OUT/hazard-native.log" "$CCI_BIN/pinned_gpu" hazard || status=1
+    cci_run 60 "$OUT/hazard-ours.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_LOG=info "$CCI_BIN/pinned_gpu" hazard || status=1
+    cci_run 60 "$OUT/hazard-ours-background.log" env LD_PRELOAD="$CCI_PRELOAD" \
+        CCI_ALLOC_CONF=pinned_use_background_threads:True "$CCI_BIN/pinned_gpu" hazard || status=1
+    # The control: without the fence the buffer comes back at once and the copy reads the new bytes.
+    if cci_run 60 "$OUT/hazard-control.log" env LD_PRELOAD="$CCI_PRELOAD" CCI_DEBUG_UNSAFE=no-fences \
+            "$CCI_BIN/pinned_gpu" hazard; then
+        cci_say "CONTROL FAILED: no corruption without the fence (the hazard test cannot see the hazard)"
+        status=1
+    fi
+    cci_run 60 "$OUT/questions-ours.log" env LD_PRELOAD="$CCI_PRELOAD" "$CCI_BIN/pinned_gpu" questions || status=1
+    cci_run 60 "$OUT/questions-reserve.log" env LD_PRELOAD="$CCI_PRELOAD" \
+        CCI_ALLOC_CONF=pinned_reserve_segment_size_mb:4 "$CCI_BIN/pinned_gpu" questions || status=1
+    grep -h '^hazard:\|: ok$\|WRONG' "$OUT"/hazard-*.log "$OUT"/questions-*.log | sed 's/^/    /'
+    cci_say "pinned_gpu done"
+else
+    status=1
+fi
 
 # run CONFIG: one process of the configuration, its log named for the round.
 run() {
