@@ -135,6 +135,7 @@ typedef struct cci_stats {
     uint64_t pinned_fence_records;  /**< fences recorded at frees */
     uint64_t pinned_unfenced_frees; /**< frees given straight back to CUDA: no fence could be recorded */
     uint64_t pinned_reserve_segment_bytes; /**< the reserve segment's size (0: none held) */
+    uint64_t pinned_background_reclaims; /**< freed buffers the background thread found passed */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

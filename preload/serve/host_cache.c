@@ -215,7 +215,7 @@ static void release_block(host_block *b)
         cci_log(CCI_LOG_DEBUG, "pinned cache: a fence could not be waited for; CUDA's free synchronises");
     HASH_DEL(hc.by_ptr, b);
     if (b->origin != ORIGIN_RESERVE) {
-        cci_host_real_free(b->level, b->device, b->ptr, b->origin == ORIGIN_REGISTER);
+        cci_host_real_free(b->level, b->device, b->ptr, b->size, b->origin == ORIGIN_REGISTER);
         hc.st.pinned_host_frees++;
         stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
     } else {
@@ -246,7 +246,7 @@ static void release_cached(int wait)
         }
     }
     if (hc.seg && hc.seg_carved == 0) {
-        cci_host_real_free(hc.seg_level, hc.seg_device, hc.seg, 0);
+        cci_host_real_free(hc.seg_level, hc.seg_device, hc.seg, hc.reserve_size, 0);
         hc.st.pinned_host_frees++;
         stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
         hc.st.pinned_reserve_segment_bytes = 0;
@@ -282,6 +282,7 @@ static void *reclaimer(void *arg)
         if (r == 1 && f) {
             cci_cuda_fence_ops.release(NULL, 0, f);
             b->fence = 0;
+            hc.st.pinned_background_reclaims++;
         }
         size_t cls;
         queue_push(&hc.ready[class_of(b->size, &cls)][b->flags], b);  // an error: asked again at reuse
@@ -509,7 +510,7 @@ int cci_host_cache_alloc(int level, void **ptr, size_t size, unsigned flags, int
             if (b->origin == ORIGIN_RESERVE)
                 hc.seg_carved--;  // its bytes stay used: the segment is only ever carved forward
             else
-                cci_host_real_free(level, b->device, b->ptr, b->origin == ORIGIN_REGISTER);
+                cci_host_real_free(level, b->device, b->ptr, b->size, b->origin == ORIGIN_REGISTER);
             pthread_mutex_unlock(&hc.lock);
             free(b);
             return 2;
@@ -636,6 +637,7 @@ void cci_host_cache_stats(cci_stats *out)
     out->pinned_fence_records = s.pinned_fence_records;
     out->pinned_unfenced_frees = s.pinned_unfenced_frees;
     out->pinned_reserve_segment_bytes = s.pinned_reserve_segment_bytes;
+    out->pinned_background_reclaims = s.pinned_background_reclaims;
 }
 
 int cci_host_cache_used(void)

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cuda_context.h"
@@ -42,6 +43,12 @@ int cci_host_real_alloc(int level, void **ptr, size_t size, unsigned flags)
     }
     const cci_real_driver *t = cci_real_drv();
     return t->cuMemHostAlloc ? t->cuMemHostAlloc(ptr, size, flags) : NO_DRIVER;
+}
+
+static size_t page_size(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 ? (size_t)pg : 4096;
 }
 
 typedef struct fault_range {
@@ -89,11 +96,12 @@ static void fault_in_pages(char *p, size_t n, size_t page, unsigned threads)
 
 int cci_host_real_register(int level, void **ptr, size_t size, unsigned flags, unsigned threads)
 {
-    long pg = sysconf(_SC_PAGESIZE);
-    size_t page = pg > 0 ? (size_t)pg : 4096;
+    size_t page = page_size();
     size_t n = (size + page - 1) / page * page;
-    void *p = NULL;
-    if (posix_memalign(&p, page, n) != 0)
+    // An anonymous mapping of our own: page-aligned, its pages faulted in by our threads only, and
+    // given back to the system whole when the buffer is unregistered.
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
         return 2;
     fault_in_pages(p, n, page, threads);
     unsigned rflags = (flags & 0x1u ? REGISTER_PORTABLE : 0) | (flags & 0x2u ? REGISTER_DEVICEMAP : 0);
@@ -105,14 +113,14 @@ int cci_host_real_register(int level, void **ptr, size_t size, unsigned flags, u
         code = t->cuMemHostRegister_v2 ? t->cuMemHostRegister_v2(p, n, rflags) : NO_DRIVER;
     }
     if (code != 0) {
-        free(p);
+        munmap(p, n);
         return code;
     }
     *ptr = p;
     return 0;
 }
 
-void cci_host_real_free(int level, int device, void *ptr, int registered)
+void cci_host_real_free(int level, int device, void *ptr, size_t size, int registered)
 {
     int code;
     if (level == CCI_LEVEL_RUNTIME) {
@@ -130,7 +138,7 @@ void cci_host_real_free(int level, int device, void *ptr, int registered)
     }
     (void)code;  // nothing to tell the program: the buffer was already freed in its eyes
     if (registered)
-        free(ptr);
+        munmap(ptr, (size + page_size() - 1) / page_size() * page_size());
 }
 
 int cci_host_current_device(void)

@@ -11,12 +11,12 @@
 
 /// Pins `size` bytes with cudaHostAlloc / cuMemHostAlloc and `flags`.
 int cci_host_real_alloc(int level, void **ptr, size_t size, unsigned flags);
-/// Pins `size` bytes of page-aligned malloc memory with cudaHostRegister / cuMemHostRegister_v2
+/// Pins `size` bytes of a mapping of our own with cudaHostRegister / cuMemHostRegister_v2
 /// (portable and mapped as asked), its pages first faulted in by up to `threads` threads.
 int cci_host_real_register(int level, void **ptr, size_t size, unsigned flags, unsigned threads);
-/// Gives a pinned buffer back (`registered`: unregistered, then freed), in `device`'s primary
-/// context at the driver level when the thread has no context (the exit, cci_empty_cache).
-void cci_host_real_free(int level, int device, void *ptr, int registered);
+/// Gives a pinned buffer of `size` bytes back (`registered`: unregistered, then unmapped), in
+/// `device`'s primary context at the driver level (the exit, cci_empty_cache: any thread).
+void cci_host_real_free(int level, int device, void *ptr, size_t size, int registered);
 /// The current context's device, 0 when none can be told.
 int cci_host_current_device(void);
 

@@ -105,7 +105,8 @@ enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
     X(pinned_register_ns, "time pinning (ns)")                                                     \
     X(pinned_fence_records, "fences at frees")                                                     \
     X(pinned_unfenced_frees, "frees without a fence")                                              \
-    X(pinned_reserve_segment_bytes, "reserve segment (bytes)")
+    X(pinned_reserve_segment_bytes, "reserve segment (bytes)")                                    \
+    X(pinned_background_reclaims, "found passed by the background thread")
 
 // The lists must cover the struct exactly: a field added to one and not the other stops the build.
 #define CCI__FAMILY_SIZE(f, label, per_pool, bytes) +(per_pool ? CCI_POOL_KINDS : 1) * sizeof(cci_stat)

@@ -477,6 +477,9 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUresult cuMemHostUnregister(void *p);
 CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+/* p starts a registered range: the percentage of its pages present when it was registered
+ * (mincore); -1: p starts an allocated (cuMemHostAlloc) range; -2: neither. */
+int fakecu_host_registered(const void *p);
 /* Pinnings (allocations and registrations) and their undoing, since the start. */
 unsigned long long fakecu_host_pins(void);
 unsigned long long fakecu_host_unpins(void);

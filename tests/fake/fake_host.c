@@ -14,12 +14,15 @@
  */
 #include "fake_internal.h"
 
+#include <sys/mman.h>
+
 struct pinned_range {
     uintptr_t base;
     size_t size;
     unsigned flags;  /* cuMemHostAlloc's, or cuMemHostRegister's for a registered range */
     int registered;
     int dev;
+    int resident_pct; /* registered: the share of its pages present when it was registered */
     struct pinned_range *next;
 };
 
@@ -43,12 +46,31 @@ static void pin_cost(size_t size)
     }
 }
 
+/* The share of [p, p + n)'s pages that are present (mincore), in percent; -1 when unknown. */
+static int resident_pct(void *p, size_t n)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+    size_t len = (uintptr_t)p + n - start, pages = (len + (size_t)pg - 1) / (size_t)pg;
+    unsigned char *vec = malloc(pages);
+    if (!vec || mincore((void *)start, len, vec) != 0) {
+        free(vec);
+        return -1;
+    }
+    size_t in = 0;
+    for (size_t i = 0; i < pages; i++)
+        in += vec[i] & 1;
+    free(vec);
+    return (int)(100 * in / pages);
+}
+
 static void add_range(void *p, size_t size, unsigned flags, int registered, int dev)
 {
     struct pinned_range *r = calloc(1, sizeof *r);
     if (!r)
         abort(); /* the fake's own books: a test machine out of memory is no test */
-    *r = (struct pinned_range){(uintptr_t)p, size, flags, registered, dev, NULL};
+    *r = (struct pinned_range){(uintptr_t)p, size, flags, registered, dev,
+                               registered ? resident_pct(p, size) : 100, NULL};
     pthread_mutex_lock(&g_host_lock);
     r->next = g_pinned;
     g_pinned = r;
@@ -181,6 +203,14 @@ FC_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsign
         return CUDA_ERROR_INVALID_VALUE;
     *pdptr = (CUdeviceptr)(uintptr_t)p;  /* unified addressing: the host address */
     return CUDA_SUCCESS;
+}
+
+FC_API int fakecu_host_registered(const void *p)
+{
+    struct pinned_range r;
+    if (find_start((void *)p, 1, 0, &r))
+        return r.resident_pct;
+    return find_start((void *)p, 0, 0, &r) ? -1 : -2;
 }
 
 FC_API unsigned long long fakecu_host_pins(void)

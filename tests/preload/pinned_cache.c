@@ -50,6 +50,7 @@ static void run_reuse(void)
     unsigned long long pins0 = fakecu_host_pins();
     void *a, *b, *c, *m;
     CUDA_OK(cudaHostAlloc(&a, 3000, cudaHostAllocDefault));
+    CHECK(fakecu_host_registered(a) == -1, "by default a buffer is allocated, not registered");
     check_questions(a, 0, "fresh buffer");
     CUDA_OK(cudaFreeHost(a));
     CUDA_OK(cudaDeviceSynchronize());
@@ -84,6 +85,7 @@ static void run_reuse(void)
           (unsigned long long)s.pinned_hits, (unsigned long long)s.pinned_misses,
           (unsigned long long)s.pinned_fence_records, (long long)s.pinned_cached_bytes.current,
           (long long)s.pinned_buffers.peak);
+    CHECK(s.pinned_background_reclaims == 0, "no background thread by default");
     unsigned long long unpins0 = fakecu_host_unpins();
     CUDA_OK(cudaDeviceSynchronize());
     CHECK(api.empty_cache(0) == 0, "cci_empty_cache");
@@ -185,8 +187,8 @@ static void run_register(void)
     unsigned flags = 0;
     CUDA_OK(cudaHostGetFlags(&flags, p));
     CHECK(flags == cudaHostAllocPortable, "a registered buffer answers the flags it was asked with");
-    CHECK(cudaHostRegister(p, 4096, 0) != cudaSuccess, "the buffer is registered memory (the fake "
-          "refuses a second registration)");
+    CHECK(fakecu_host_registered(p) == 100, "the buffer is registered memory, every page faulted in "
+          "before the registration (%d %%)", fakecu_host_registered(p));
     struct cudaPointerAttributes at;
     CUDA_OK(cudaPointerGetAttributes(&at, p));
     CHECK(at.type == cudaMemoryTypeHost, "registered memory is pinned host memory");
@@ -216,6 +218,8 @@ static void run_background(void)
         ptest_sleep_ms(5);
     }
     CHECK(reused, "background: a buffer whose fence passed comes back");
+    CHECK(stats().pinned_background_reclaims > 0, "the background thread found the fences passed (%llu)",
+          (unsigned long long)stats().pinned_background_reclaims);
     CUDA_OK(cudaFree(dev));
     CUDA_OK(cudaStreamDestroy(s));
 }
