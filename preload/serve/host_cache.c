@@ -58,6 +58,7 @@ typedef struct host_block {
     int level;         // the API level it was pinned through (its real free goes there too)
     int device;        // the current device when pinned (driver-level frees push its context)
     int in_use;
+    int gone;          // its device's context was reset: the memory went with it (never reused)
     cci_fence fence;   // recorded at the last free; 0 once known passed (or none needed)
     struct host_block *next;
     UT_hash_handle hh;
@@ -208,6 +209,16 @@ static int fence_wait(host_block *b)
 
 // ---- giving buffers back ------------------------------------------------------------------
 
+// Forgets a block whose memory went with its device's context (no CUDA call). Lock held; b is on
+// no list.
+static void forget_gone(host_block *b)
+{
+    if (b->fence)
+        cci_cuda_fence_ops.release(NULL, 0, b->fence);
+    HASH_DEL(hc.by_ptr, b);
+    free(b);
+}
+
 // Gives b back to CUDA and forgets it. Lock held. A carved buffer stays with its segment.
 static void release_block(host_block *b)
 {
@@ -276,9 +287,14 @@ static void *reclaimer(void *arg)
             nanosleep(&ts, NULL);
         }
         pthread_mutex_lock(&hc.lock);
-        if (r == 0)
+        if (r == 0 && !b->gone)
             continue;
         queue_unlink(&hc.pending, NULL, b);
+        if (b->gone) {
+            stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+            forget_gone(b);
+            continue;
+        }
         if (r == 1 && f) {
             cci_cuda_fence_ops.release(NULL, 0, f);
             b->fence = 0;
@@ -503,7 +519,7 @@ int cci_host_cache_alloc(int level, void **ptr, size_t size, unsigned flags, int
         b->size = cls;
         b->flags = flags;
         b->level = b->origin == ORIGIN_RESERVE ? hc.seg_level : level;
-        b->device = cci_host_current_device();
+        b->device = b->origin == ORIGIN_RESERVE ? hc.seg_device : cci_host_current_device();
         hash_oom = 0;
         HASH_ADD_PTR(hc.by_ptr, ptr, b);
         if (hash_oom) {  // untracked memory would never be freed: give it back, answer OOM
@@ -544,6 +560,11 @@ int cci_host_cache_free(int level, void *ptr)
     b->in_use = 0;  // off every list and not in use: no second free, no allocation can take it
     stat_add(&hc.st.pinned_buffers, -1);
     stat_add(&hc.st.pinned_in_use_bytes, -(int64_t)b->size);
+    if (b->gone) {  // freed by the reset of its device's context already
+        forget_gone(b);
+        pthread_mutex_unlock(&hc.lock);
+        return 0;
+    }
     int exited = hc.exited, no_fences = hc.no_fences;
     pthread_mutex_unlock(&hc.lock);
 
@@ -610,6 +631,43 @@ int cci_host_cache_get_device_pointer(int level, void **dptr, void *ptr, unsigne
     if (code == 0)
         *dptr = (char *)base + ((char *)ptr - (char *)seg);
     return code;
+}
+
+void cci_host_cache_drop_device(int device)
+{
+    pthread_mutex_lock(&hc.lock);
+    host_block *b, *tmp;
+    HASH_ITER(hh, hc.by_ptr, b, tmp) {
+        if (b->device != device || b->gone)
+            continue;
+        b->gone = 1;
+        if (b->origin != ORIGIN_RESERVE)
+            stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
+    }
+    for (int c = 0; c < HOST_CLASSES; c++) {
+        for (int f = 0; f <= CCI_HOST_ALLOC_FLAGS; f++) {
+            host_queue *q = &hc.ready[c][f];
+            host_block *prev = NULL;
+            for (b = q->head; b; b = tmp) {
+                tmp = b->next;
+                if (!b->gone) {
+                    prev = b;
+                    continue;
+                }
+                queue_unlink(q, prev, b);
+                stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+                forget_gone(b);
+            }
+        }
+    }
+    if (hc.seg && hc.seg_device == device) {
+        stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
+        hc.st.pinned_reserve_segment_bytes = 0;
+        hc.seg = NULL;
+        hc.seg_used = 0;
+        hc.seg_carved = 0;  // its buffers are gone with it; a new segment counts afresh
+    }
+    pthread_mutex_unlock(&hc.lock);
 }
 
 void cci_host_cache_empty(void)

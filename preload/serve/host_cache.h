@@ -43,6 +43,10 @@ int cci_host_cache_get_flags(int level, unsigned *flags, void *ptr);
 /// cudaHostGetDevicePointer / cuMemHostGetDevicePointer_v2 (device pointers as addresses).
 int cci_host_cache_get_device_pointer(int level, void **dptr, void *ptr, unsigned flags);
 
+/// Before `device`'s primary context is reset or destroyed (serve/state.c): the pinned memory
+/// allocated in it goes with it, so its cached buffers are forgotten (no CUDA call) and the ones
+/// the program holds are never cached again.
+void cci_host_cache_drop_device(int device);
 /// Gives every cached buffer whose fence has passed back to CUDA (cci_empty_cache).
 void cci_host_cache_empty(void);
 /// The pinned_* fields of *out (process-wide: every device reports the same).

@@ -8,7 +8,9 @@
  *     buffers out of one allocation must ask about the allocation;
  *   - pointer attributes (fake_pointer.c) answer for interior pointers, as CUDA does;
  *   - cuMemFreeHost synchronises the current context first, as CUDA's free does (the fake's
- *     queued copies would otherwise read freed memory).
+ *     queued copies would otherwise read freed memory);
+ *   - a reset of the allocating device's primary context frees its pinned allocations (and
+ *     forgets its registrations), as the context's destruction does in CUDA.
  * FAKECUDA_PIN_US_PER_MB=N makes pinning cost N microseconds per MiB (default 0), so that a
  * benchmark on the fake shows what pinning per batch costs.
  */
@@ -203,6 +205,23 @@ FC_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsign
         return CUDA_ERROR_INVALID_VALUE;
     *pdptr = (CUdeviceptr)(uintptr_t)p;  /* unified addressing: the host address */
     return CUDA_SUCCESS;
+}
+
+void fc_host_device_reset(int dev)
+{
+    pthread_mutex_lock(&g_host_lock);
+    for (struct pinned_range **pp = &g_pinned; *pp;) {
+        struct pinned_range *r = *pp;
+        if (r->dev != dev) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (!r->registered)
+            free((void *)r->base);  /* the context's allocation goes with it */
+        free(r);
+    }
+    pthread_mutex_unlock(&g_host_lock);
 }
 
 FC_API int fakecu_host_registered(const void *p)

@@ -12,6 +12,8 @@
 //   register    pinned_use_cuda_host_register (+ threads): pinned by malloc + register.
 //   background  pinned_use_background_threads: the hazard holds, and a passed buffer comes back.
 //   off         CCI_PINNED_CACHE=0: every allocation pins anew.
+//   reset       cudaDeviceReset frees the pinned memory of the device's context: a cached buffer
+//               is never handed out after it, and one the program held is not cached at its free.
 //   report      a program that pins and never allocates device memory: the JSON report has the
 //               "pinned_host" section (the exit's text report is checked by the test's runner).
 #include "fake_cuda_driver.h"
@@ -236,6 +238,29 @@ static void run_off(void)
           "CCI_PINNED_CACHE=0: every allocation pins anew");
 }
 
+static void run_reset(void)
+{
+    void *cached, *held, *fresh, *fresh2;
+    CUDA_OK(cudaHostAlloc(&cached, 8192, 0));
+    CUDA_OK(cudaHostAlloc(&held, 8192, 0));
+    CUDA_OK(cudaFreeHost(cached));
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long pins0 = fakecu_host_pins();
+    CUDA_OK(cudaDeviceReset());  // the fake frees both, as CUDA does with the context
+    CUDA_OK(cudaFreeHost(held));  // the program's late free of memory the reset took
+    CUDA_OK(cudaHostAlloc(&fresh, 8192, 0));
+    CUDA_OK(cudaHostAlloc(&fresh2, 8192, 0));
+    CHECK(fakecu_host_pins() - pins0 == 2, "after the reset both allocations pin anew (%llu)",
+          fakecu_host_pins() - pins0);
+    memset(fresh, 1, 8192);  // memory of our own again (ASan would see a reused dead buffer)
+    memset(fresh2, 2, 8192);
+    cci_stats s = stats();
+    CHECK(s.pinned_reserved_bytes.current == 2 * 8192 && s.pinned_cached_bytes.current == 0,
+          "the reset's buffers leave the statistics (held %lld)", (long long)s.pinned_reserved_bytes.current);
+    CUDA_OK(cudaFreeHost(fresh));
+    CUDA_OK(cudaFreeHost(fresh2));
+}
+
 static void run_report(void)
 {
     void *a, *b;
@@ -280,6 +305,8 @@ int main(int argc, char **argv)
         run_off();
     else if (!strcmp(mode, "report"))
         run_report();
+    else if (!strcmp(mode, "reset"))
+        run_reset();
     else
         CHECK(0, "unknown mode %s", mode);
     printf("pinned %s: ok\n", mode);
