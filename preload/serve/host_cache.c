@@ -235,24 +235,36 @@ static void release_block(host_block *b)
     free(b);
 }
 
-// Gives back every queued buffer whose fence has passed (`wait`: every queued buffer, after its
-// fence), then the reserve segment once nothing is carved from it. Lock held.
+// Gives back the queued buffers whose fences have passed (`wait`: every queued buffer, after its
+// fence), then the reserve segment once nothing is carved from it. Carved buffers go only all at
+// once, with the segment: it is carved forward only, so one carved buffer given back alone would
+// be bytes lost to the cache while the segment stays. Lock held.
 static void release_cached(int wait)
 {
-    for (int c = 0; c < HOST_CLASSES; c++) {
-        for (int f = 0; f <= CCI_HOST_ALLOC_FLAGS; f++) {
-            host_queue *q = &hc.ready[c][f];
-            host_block *prev = NULL, *b = q->head;
-            while (b) {
-                host_block *next = b->next;
-                if (wait || fence_passed(b) == 1) {
-                    queue_unlink(q, prev, b);
-                    stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
-                    release_block(b);
-                } else {
-                    prev = b;
+    size_t carved_done = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        // Pass 0: everything but carved buffers (counting those whose work is done); pass 1:
+        // the carved buffers, when every one carved is among them.
+        if (pass == 1 && !wait && carved_done != hc.seg_carved)
+            break;
+        for (int c = 0; c < HOST_CLASSES; c++) {
+            for (int f = 0; f <= CCI_HOST_ALLOC_FLAGS; f++) {
+                host_queue *q = &hc.ready[c][f];
+                host_block *prev = NULL, *b = q->head;
+                while (b) {
+                    host_block *next = b->next;
+                    int carved = b->origin == ORIGIN_RESERVE;
+                    if (pass == 0 && carved && !wait)
+                        carved_done += fence_passed(b) == 1;
+                    if (carved == pass && (wait || fence_passed(b) == 1)) {
+                        queue_unlink(q, prev, b);
+                        stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+                        release_block(b);
+                    } else {
+                        prev = b;
+                    }
+                    b = next;
                 }
-                b = next;
             }
         }
     }
@@ -412,16 +424,24 @@ static int serving(int level)
 static host_block *take_cached(int cls, unsigned flags)
 {
     host_queue *q = &hc.ready[cls][flags];
-    host_block *prev = NULL;
+    host_block *prev = NULL, *next;
     int asked = 0;
-    for (host_block *b = q->head; b && asked < HOST_LOOK_MAX; prev = b, b = b->next, asked++) {
+    for (host_block *b = q->head; b && asked < HOST_LOOK_MAX; b = next, asked++) {
+        next = b->next;
         int r = fence_passed(b);
-        if (r < 0 && fence_wait(b) != 0)
-            continue;  // neither asked nor waited for: left for the exit's release
+        if (r < 0 && fence_wait(b) != 0) {
+            // Neither asked nor waited for: nothing says its work is done. CUDA's own free
+            // waits for the device, so it goes back there.
+            queue_unlink(q, prev, b);
+            stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+            release_block(b);
+            continue;
+        }
         if (r != 0) {
             queue_unlink(q, prev, b);
             return b;
         }
+        prev = b;
     }
     return NULL;
 }

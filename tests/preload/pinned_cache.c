@@ -169,14 +169,21 @@ static void run_reserve(void)
     CUDA_OK(cudaFreeHost(big));
     CUDA_OK(cudaFreeHost(mapped));
     CUDA_OK(cudaDeviceSynchronize());
-    void *q;
+    void *q, *r;
     CUDA_OK(cudaMallocHost(&q, 800));
     CHECK(q == p[0], "a carved buffer is reused like any other");
+    unsigned long long unpins1 = fakecu_host_unpins();
+    api.empty_cache(0);  // q still in use: the carved buffers stay, the others go
+    CHECK(fakecu_host_unpins() - unpins1 == 2, "with a carved buffer in use only the others go back");
+    CUDA_OK(cudaMallocHost(&r, 800));
+    CHECK(r == p[1], "the carved buffers stay cached while the segment is held");
+    CUDA_OK(cudaFreeHost(r));
     CUDA_OK(cudaFreeHost(q));
     CUDA_OK(cudaDeviceSynchronize());
     unsigned long long unpins0 = fakecu_host_unpins();
     api.empty_cache(0);
-    CHECK(fakecu_host_unpins() - unpins0 == 3 && stats().pinned_reserve_segment_bytes == 0,
+    CHECK(fakecu_host_unpins() - unpins0 == 1 && stats().pinned_reserve_segment_bytes == 0 &&
+              stats().pinned_reserved_bytes.current == 0,
           "empty_cache gives back the segment once nothing carved is in use (%llu)",
           fakecu_host_unpins() - unpins0);
 }
