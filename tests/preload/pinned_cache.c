@@ -15,9 +15,14 @@
 //   reset       cudaDeviceReset frees the pinned memory of the device's context: a cached buffer
 //               is never handed out after it, and one the program held is not cached at its free.
 //   report      a program that pins and never allocates device memory: the JSON report has the
-//               "pinned_host" section (the exit's text report is checked by the test's runner).
+//               "pinned_host" section.
+//   exit-report runs `report` again as a new process with CCI_REPORT set, and reads its exit
+//               report: printed for a program that only pins, with the section, the cache given
+//               back.
 #include "fake_cuda_driver.h"
 #include "ptest.h"
+
+#include <sys/wait.h>
 
 #define N ((size_t)1 << 20)
 
@@ -268,6 +273,17 @@ static void run_reset(void)
     CUDA_OK(cudaFreeHost(fresh2));
 }
 
+// The whole file at `path` into buf (NUL-terminated); its length.
+static size_t read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "%s readable", path);
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
 static void run_report(void)
 {
     void *a, *b;
@@ -281,16 +297,36 @@ static void run_report(void)
     const char *dir = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/pinned-report-%ld.json", dir && *dir ? dir : "/tmp", (long)getpid());
     CHECK(api.dump_report(path) == 0, "report written to %s", path);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "report readable");
     static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
+    read_text(path, text, sizeof text);
     remove(path);
-    text[n] = '\0';
     CHECK(strstr(text, "\"pinned_host\": {") && strstr(text, "\"pinned_hits\": 1,") &&
               strstr(text, "\"pinned_reserved_bytes\": {\"current\": 8192,"),
           "the JSON report carries the pinned host cache's section");
+}
+
+static void run_exit_report(const char *self)
+{
+    char path[256];
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/pinned-exit-%ld.txt", dir && *dir ? dir : "/tmp", (long)getpid());
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        setenv("CCI_REPORT", path, 1);
+        execl(self, self, "report", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the pinning program ran");
+    static char text[1 << 16];
+    read_text(path, text, sizeof text);
+    remove(path);
+    CHECK(strstr(text, "Pinned host memory (cudaHostAlloc") &&
+              strstr(text, "Allocations: 2, 1 reused from the cache (50 %), 1 newly pinned") &&
+              strstr(text, "Frees: 2 behind a fence, 0 given straight back; 1 buffers given back"),
+          "the exit report has the pinned section, the cache given back at exit");
 }
 
 int main(int argc, char **argv)
@@ -314,6 +350,8 @@ int main(int argc, char **argv)
         run_report();
     else if (!strcmp(mode, "reset"))
         run_reset();
+    else if (!strcmp(mode, "exit-report"))
+        run_exit_report(argv[0]);
     else
         CHECK(0, "unknown mode %s", mode);
     printf("pinned %s: ok\n", mode);
