@@ -31,7 +31,7 @@ extern "C" {
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
    4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths,
-   managed memory and the allocations from other memory pools appended. */
+   managed memory, the allocations from other memory pools and the pinned host cache appended. */
 #define CCI_STATS_VERSION 5
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
@@ -141,6 +141,21 @@ typedef struct cci_stats {
     uint64_t pool_reserved_high;   /**< the pools' ReservedMemHigh */
     uint64_t pool_used_bytes;      /**< the pools' UsedMemCurrent */
     uint64_t pool_used_high;       /**< the pools' UsedMemHigh */
+    /* and the pinned host cache (cudaHostAlloc & co.), counted for the whole PROCESS
+       (pinned memory belongs to no device): every device reports the same. */
+    cci_stat pinned_buffers;        /**< pinned buffers handed out to the program */
+    cci_stat pinned_in_use_bytes;   /**< their bytes (size classes: powers of two) */
+    cci_stat pinned_cached_bytes;   /**< freed buffers kept for reuse (their fences pending or passed) */
+    cci_stat pinned_reserved_bytes; /**< pinned bytes held from CUDA (the reserve segment whole) */
+    uint64_t pinned_hits;           /**< allocations served from a freed buffer */
+    uint64_t pinned_misses;         /**< allocations that pinned new memory (or carved the segment) */
+    uint64_t pinned_host_allocs;    /**< pinnings asked of CUDA (cudaHostAlloc or malloc + register) */
+    uint64_t pinned_host_frees;     /**< pinned buffers given back to CUDA */
+    uint64_t pinned_register_ns;    /**< host time spent pinning (allocating or registering), ns */
+    uint64_t pinned_fence_records;  /**< fences recorded at frees */
+    uint64_t pinned_unfenced_frees; /**< frees given straight back to CUDA: no fence could be recorded */
+    uint64_t pinned_reserve_segment_bytes; /**< the reserve segment's size (0: none held) */
+    uint64_t pinned_background_reclaims; /**< freed buffers the background thread found passed */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

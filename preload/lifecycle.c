@@ -16,6 +16,7 @@
 #include "context_fences.h"
 #include "fence.h"
 #include "fence_watcher.h"
+#include "host_cache.h"
 #include "intercept_runtime.h"
 #include "levels.h"
 #include "log.h"
@@ -124,6 +125,7 @@ static void start(void)
     if (mode == CCI_MODE_ACTIVE) {
         cci_capture_note_driver();
         cci_context_fences_start(s->context_fences);
+        cci_host_cache_start(s);
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);
@@ -170,7 +172,7 @@ __attribute__((destructor)) static void at_exit(void)
     if (atomic_exchange(&done, 1))
         return;
     cci_trace_stop();
-    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || !cci_state_used())
+    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || (!cci_state_used() && !cci_host_cache_used()))
         return;
     cci_pl_report_exit();
     cci_pl_levels_summary();

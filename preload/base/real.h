@@ -43,6 +43,20 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     X(cudaDeviceEnablePeerAccess, OPTIONAL, (int peer, unsigned flags), (peer, flags))
 // ---- end of the stream registry's and fences' runtime entry points
 
+// ---- pinned host memory (serve/host_cache.c): the runtime entry points the pinned cache
+// hooks (cudaHostAlloc & co.) or calls (cudaHostRegister). OPTIONAL: a missing one answers the
+// stub's cudaErrorInitializationError, as the program's own call would fail without a runtime.
+#define CCI_REAL_RUNTIME_HOST(X)                                                             \
+    X(cudaHostAlloc, OPTIONAL, (void **p, size_t size, unsigned flags), (p, size, flags))    \
+    X(cudaMallocHost, OPTIONAL, (void **p, size_t size), (p, size))                          \
+    X(cudaFreeHost, OPTIONAL, (void *p), (p))                                                \
+    X(cudaHostRegister, OPTIONAL, (void *p, size_t size, unsigned flags), (p, size, flags))  \
+    X(cudaHostUnregister, OPTIONAL, (void *p), (p))                                          \
+    X(cudaHostGetDevicePointer, OPTIONAL, (void **pdev, void *host, unsigned flags),         \
+      (pdev, host, flags))                                                                   \
+    X(cudaHostGetFlags, OPTIONAL, (unsigned *flags, void *host), (flags, host))
+// ---- end of the pinned host memory's runtime entry points
+
 // ---- the runtime (libcudart) ----------------------------------------------------------------
 // X(name, need, parameter list, argument list). A missing entry of either kind answers
 // cudaErrorInitializationError (a stub), so callers never check.
@@ -84,7 +98,8 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     X(cudaMalloc3D, OPTIONAL, (struct cudaPitchedPtr * pp, struct cudaExtent e), (pp, e))       \
     X(cudaMallocManaged, OPTIONAL, (void **p, size_t size, unsigned flags), (p, size, flags)) \
     X(cudaMallocFromPoolAsync, OPTIONAL, (void **p, size_t size, cudaMemPool_t pool, cudaStream_t s), \
-      (p, size, pool, s))
+      (p, size, pool, s))                                                                             \
+    CCI_REAL_RUNTIME_HOST(X)
 
 typedef struct cci_real_runtime {
 #define CCI_X(name, need, params, args) cudaError_t(*name) params;
@@ -166,6 +181,21 @@ typedef struct CUevent_st *CUevent;
     X(cuCtxWaitEvent, OPTIONAL, (CUcontext c, CUevent e), (c, e))
 // ---- end of the stream registry's and fences' driver entries
 
+/// Pinned host memory (serve/host_cache.c): the driver entry points the pinned cache wraps at
+/// the driver level. OPTIONAL: a wrapper whose real function is missing answers
+/// CUDA_ERROR_NOT_INITIALIZED.
+#define CCI_REAL_DRIVER_WRAPPED_HOST(X)                                                      \
+    X(cuMemHostAlloc, OPTIONAL, (void **pp, size_t size, unsigned flags), (pp, size, flags)) \
+    X(cuMemAllocHost_v2, OPTIONAL, (void **pp, size_t size), (pp, size))                     \
+    X(cuMemFreeHost, OPTIONAL, (void *p), (p))                                               \
+    X(cuMemHostGetDevicePointer_v2, OPTIONAL, (CUdeviceptr * pdptr, void *p, unsigned flags), \
+      (pdptr, p, flags))                                                                     \
+    X(cuMemHostGetFlags, OPTIONAL, (unsigned *flags, void *p), (flags, p))
+/// Called by the pinned cache's register path (pinned_use_cuda_host_register). OPTIONAL.
+#define CCI_REAL_DRIVER_CALLED_HOST(X)                                                       \
+    X(cuMemHostRegister_v2, OPTIONAL, (void *p, size_t size, unsigned flags), (p, size, flags)) \
+    X(cuMemHostUnregister, OPTIONAL, (void *p), (p))
+
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.
 /// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
 /// cuMemAlloc, and both spellings of the teardown calls (their signatures agree).
@@ -202,7 +232,8 @@ typedef struct CUevent_st *CUevent;
     X(cuMemAllocFromPoolAsync, OPTIONAL,                                                     \
       (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s)) \
     X(cuMemAllocFromPoolAsync_ptsz, OPTIONAL,                                                \
-      (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s))
+      (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s)) \
+    CCI_REAL_DRIVER_WRAPPED_HOST(X)
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \
@@ -228,7 +259,8 @@ typedef struct CUevent_st *CUevent;
     X(cuDeviceGetDefaultMemPool, OPTIONAL, (CUmemoryPool * pool, CUdevice dev), (pool, dev)) \
     X(cuMemPoolGetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
       (pool, attr, value))                                                                   \
-    X(cuPointerGetAttribute, OPTIONAL, (void *data, int attr, CUdeviceptr ptr), (data, attr, ptr))
+    X(cuPointerGetAttribute, OPTIONAL, (void *data, int attr, CUdeviceptr ptr), (data, attr, ptr)) \
+    CCI_REAL_DRIVER_CALLED_HOST(X)
 
 // ---- VMM block (cuda/vmm.c) -----------------------------------------------------------------
 /// The virtual-memory API behind expandable_segments / compact_segments. All OPTIONAL (CUDA

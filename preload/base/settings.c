@@ -243,6 +243,8 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
     s->thread_cache = read_on_switch(lookup("CCI_THREAD_CACHE"), s->bad_thread_cache, sizeof s->bad_thread_cache);
     s->fence_watcher = read_on_switch(lookup("CCI_FENCE_WATCHER"), s->bad_fence_watcher,
                                       sizeof s->bad_fence_watcher);
+    s->pinned_cache = read_on_switch(lookup("CCI_PINNED_CACHE"), s->bad_pinned_cache,
+                                     sizeof s->bad_pinned_cache);
     s->context_fences = read_on_switch(lookup("CCI_CONTEXT_FENCES"), s->bad_context_fences,
                                        sizeof s->bad_context_fences);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));

@@ -63,8 +63,9 @@ typedef struct cci_settings {
     char bad_whatif[64];            ///< a refused value of either, "" when none (defaults kept)
     // CCI_DEBUG_UNSAFE=no-fences|no-stream-rule (comma-separated): a TEST-ONLY knob that makes the
     // layer UNSAFE on purpose, so that the hazard tests can prove they detect early reuse without
-    // the fence (fenced frees become reusable at once) or without the stream rule (the process
-    // never leaves the ordered rule and never synchronises at the switch). Never set it otherwise.
+    // the fence (fenced frees and freed pinned host buffers become reusable at once) or without
+    // the stream rule (the process never leaves the ordered rule and never synchronises at the
+    // switch). Never set it otherwise.
     // CCI_THREAD_CACHE=0 turns the per-thread caches off (src/core/tcache.h); 1 or unset: on.
     int thread_cache;
     char bad_thread_cache[64];      ///< a refused value ("" when none): the caches stay on
@@ -78,6 +79,10 @@ typedef struct cci_settings {
     char bad_context_fences[64];    ///< a refused value ("" when none): they stay on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
+    // CCI_PINNED_CACHE=0 passes pinned host memory calls through (serve/host_cache.c); 1 or
+    // unset: the pinned host cache serves them.
+    int pinned_cache;
+    char bad_pinned_cache[64];      ///< a refused value ("" when none): the cache stays on
 } cci_settings;
 
 enum {

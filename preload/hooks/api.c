@@ -8,6 +8,7 @@
 
 #include "allocator.h"
 #include "export.h"
+#include "host_cache.h"
 #include "real.h"
 #include "reporting.h"
 #include "state.h"
@@ -39,6 +40,7 @@ CCI_EXPORT int cci_get_stats(int device, cci_stats *out)
         cci_alloc_stats(a, &s);
     else  // no pools yet, but CUDA may have handed out managed memory on the device
         cci_outside_stats(NULL, device, &s);
+    cci_host_cache_stats(&s);  // process-wide, on every device
     // A caller built against an older (smaller) or newer (larger) struct gets what both know.
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memset(out, 0, out->size);
@@ -55,6 +57,7 @@ CCI_EXPORT int cci_empty_cache(int device)
     cci_allocator *a = cci_state_allocator_peek(device);
     if (a)
         cci_alloc_empty_cache(a);
+    cci_host_cache_empty();  // pinned host memory belongs to no device: any device's call empties it
     return a || device_exists(device) ? 0 : -1;
 }
 

@@ -17,6 +17,7 @@
 #include "backend_cuda.h"
 #include "callsites.h"
 #include "history.h"
+#include "host_cache.h"
 #include "log.h"
 #include "real.h"
 #include "report.h"
@@ -140,6 +141,10 @@ static int dump(const char *pattern, const char *format, int force, cci_report_m
         return -1;
     }
     cci_callsites_fill(&s);   // who holds the memory (CCI_STACKS), as plain data in the snapshot
+    if (cci_host_cache_used()) {  // the pinned host cache's section, the whole process's
+        s.has_pinned = 1;
+        cci_host_cache_stats(&s.pinned);
+    }
     if (s.ndevices)           // the backend exists once an allocator does
         cci_report_fill_vmm_pool(&s, cci_cuda_backend());  // pages in the VMM pool, host data only
     if (simulated_device())

@@ -3,6 +3,7 @@
 // these runs (start-up, fork, exit) is decided in lifecycle.c; what the environment says comes
 // from settings.c.
 #include "state.h"
+#include "host_cache.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -155,6 +156,7 @@ void cci_state_drop_device(int device)
     cci_allocator *a = cci_state_allocator_peek(device);
     if (a)
         cci_allocator_reset(a, 1);
+    cci_host_cache_drop_device(device);  // pinned host memory of its context goes with it too
     cci_cuda_backend_drop_device(device);
 }
 

@@ -47,6 +47,12 @@ LATER = (
     ('pool_allocations', 'stat'), ('pool_bytes', 'stat'),
     ('pool_reserved_bytes', 'u64'), ('pool_reserved_high', 'u64'),
     ('pool_used_bytes', 'u64'), ('pool_used_high', 'u64'),
+    # version 5: the pinned host cache, the whole process's
+    ('pinned_buffers', 'stat'), ('pinned_in_use_bytes', 'stat'), ('pinned_cached_bytes', 'stat'),
+    ('pinned_reserved_bytes', 'stat'), ('pinned_hits', 'u64'), ('pinned_misses', 'u64'),
+    ('pinned_host_allocs', 'u64'), ('pinned_host_frees', 'u64'), ('pinned_register_ns', 'u64'),
+    ('pinned_fence_records', 'u64'), ('pinned_unfenced_frees', 'u64'),
+    ('pinned_reserve_segment_bytes', 'u64'), ('pinned_background_reclaims', 'u64'),
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 

@@ -35,6 +35,7 @@ void cci_config_default(cci_config *c)
     c->memgetinfo_cached_as_free = 1;
     c->intercept_level = CCI_LEVEL_BOTH;
     c->large_segment_size = (size_t)LARGE_BUFFER_MIB * MIB;
+    c->pinned_num_register_threads = 1;
 }
 
 // ---- parse state and messages -------------------------------------------------------------
@@ -518,18 +519,26 @@ static int apply_graph_reuse(parser *p, const key_def *k, const value *v)
     return 0;
 }
 
-static void warn_pinned(parser *p, const key_def *k, const value *v)
+// The pinned_* keys configure the pinned host cache of the preload (preload/serve/host_cache.c);
+// the core itself allocates no host memory, it only keeps the values.
+static int apply_pinned_register(parser *p, const key_def *k, const value *v)
 {
-    char shown[SHOW_MAX * 4 + 8];
-    show(shown, sizeof shown, v->text, v->len);
-    warnf(p, "%s:%s is accepted but does not apply: this layer manages device memory only, not "
-             "pinned host memory; ignored",
-          k->name, shown);
+    (void)k;
+    p->c->pinned_use_cuda_host_register = v->b;
+    return 0;
 }
 
-static int apply_pinned_bool(parser *p, const key_def *k, const value *v)
+static int apply_pinned_background(parser *p, const key_def *k, const value *v)
 {
-    warn_pinned(p, k, v);
+    (void)k;
+    p->c->pinned_use_background_threads = v->b;
+    return 0;
+}
+
+static int apply_pinned_catch_all(parser *p, const key_def *k, const value *v)
+{
+    (void)k;
+    p->c->pinned_free_catch_all = v->b;
     return 0;
 }
 
@@ -539,7 +548,7 @@ static int apply_pinned_threads(parser *p, const key_def *k, const value *v)
         return fail_value(p, k->name, v->text, v->len, "is too large", k->expect);
     if (!is_pow2(v->u))
         return fail_value(p, k->name, v->text, v->len, "is not a power of two", k->expect);
-    warn_pinned(p, k, v);
+    p->c->pinned_num_register_threads = (unsigned)v->u;
     return 0;
 }
 
@@ -547,7 +556,9 @@ static int apply_pinned_reserve(parser *p, const key_def *k, const value *v)
 {
     if (!v->u_range && v->u == 0)
         return fail_value(p, k->name, v->text, v->len, "is too small", k->expect);
-    warn_pinned(p, k, v);
+    if (v->u_range || v->u > SIZE_MAX / MIB)
+        return fail_value(p, k->name, v->text, v->len, "is too large", k->expect);
+    p->c->pinned_reserve_segment_size = (size_t)v->u * MIB;
     return 0;
 }
 
@@ -564,10 +575,10 @@ static const key_def keys[] = {
     {"garbage_collection_threshold", KIND_DOUBLE, apply_gc, "a number > 0 and < 1", 1, 0},
     {"expandable_segments", KIND_BOOL, apply_expandable, TRUE_FALSE, 1, 0},
     {"release_lock_on_cudamalloc", KIND_BOOL, apply_release_lock, TRUE_FALSE, 1, 0},
-    {"pinned_use_cuda_host_register", KIND_BOOL, apply_pinned_bool, TRUE_FALSE, 0, 0},
+    {"pinned_use_cuda_host_register", KIND_BOOL, apply_pinned_register, TRUE_FALSE, 0, 0},
     {"pinned_num_register_threads", KIND_UINT, apply_pinned_threads,
      "a power of two <= 128", 0, 0},
-    {"pinned_use_background_threads", KIND_BOOL, apply_pinned_bool, TRUE_FALSE, 0, 0},
+    {"pinned_use_background_threads", KIND_BOOL, apply_pinned_background, TRUE_FALSE, 0, 0},
     {"pinned_reserve_segment_size_mb", KIND_UINT, apply_pinned_reserve,
      "an integer number of MiB > 0", 0, 0},
     {"graph_capture_record_stream_reuse", KIND_BOOL, apply_graph_reuse, TRUE_FALSE, 1, 0},
@@ -578,7 +589,7 @@ static const key_def keys[] = {
     {"compact_segments", KIND_BOOL, apply_compact, TRUE_FALSE, 1, 0},
     {"large_segment_size_mb", KIND_UINT, apply_large_segment, "an integer number of MiB > 0", 1, 0},
     {"throw_on_cudamalloc_oom", KIND_BOOL, apply_throw_on_oom, TRUE_FALSE, 1, 0},
-    {"pinned_free_catch_all", KIND_BOOL, apply_pinned_bool, TRUE_FALSE, 0, 0},
+    {"pinned_free_catch_all", KIND_BOOL, apply_pinned_catch_all, TRUE_FALSE, 0, 0},
     {"fence_slack_mb", KIND_UINT, apply_fence_slack, "an integer number of MiB >= 0", 1, 0},
 };
 

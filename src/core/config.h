@@ -32,6 +32,12 @@ typedef struct cci_config {
                                      ///< ordering a fence; 0 (default): none (docs/reuse-modes.md)
     size_t large_segment_size;       ///< segment for 1-10 MiB requests; default 20 MiB (PyTorch's kLargeBuffer)
     int throw_on_cudamalloc_oom;     ///< refuse a new segment the device is predicted to lack, without asking it
+    // The pinned host cache's keys (PyTorch's names; the preload's host_cache.c honours them).
+    int pinned_use_cuda_host_register;    ///< pin with malloc + cudaHostRegister
+    unsigned pinned_num_register_threads; ///< threads that fault in a large buffer's pages; default 1
+    int pinned_use_background_threads;    ///< a thread of ours finds freed buffers' fences passed
+    size_t pinned_reserve_segment_size;   ///< bytes pinned up front for small requests; 0 = none
+    int pinned_free_catch_all;            ///< accepted (our frees never throw)
 } cci_config;
 
 void cci_config_default(cci_config *c);

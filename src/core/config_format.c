@@ -122,5 +122,17 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
         put(&o, ",throw_on_cudamalloc_oom:True");
     if (c->fence_slack_mb > 0)  // likewise: only when set
         put(&o, ",fence_slack_mb:%lld", c->fence_slack_mb);
+    // The pinned host cache's keys, only where they differ from the defaults.
+    if (c->pinned_use_cuda_host_register)
+        put(&o, ",pinned_use_cuda_host_register:True");
+    if (c->pinned_num_register_threads > 1)
+        put(&o, ",pinned_num_register_threads:%u", c->pinned_num_register_threads);
+    if (c->pinned_use_background_threads)
+        put(&o, ",pinned_use_background_threads:True");
+    if (c->pinned_reserve_segment_size)
+        put(&o, ",pinned_reserve_segment_size_mb:%llu",
+            (unsigned long long)(c->pinned_reserve_segment_size >> 20));
+    if (c->pinned_free_catch_all)
+        put(&o, ",pinned_free_catch_all:True");
     return o.len > INT_MAX ? INT_MAX : (int)o.len;
 }

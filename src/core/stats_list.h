@@ -98,18 +98,39 @@ enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
 #define CCI_STAT_OUTSIDE(X) X(managed_allocations) X(managed_bytes) X(pool_allocations) X(pool_bytes)
 #define CCI_STAT_OUTSIDE_FIGURES(X) \
     X(pool_reserved_bytes) X(pool_reserved_high) X(pool_used_bytes) X(pool_used_high)
+/// The pinned host cache's statistics (the preload's, for the whole process; the core keeps none).
+/// Families: X(field, label, bytes: humanise). Counts and figures: X(field, label).
+#define CCI_STAT_PINNED_FAMILIES(X)                                                                \
+    X(pinned_buffers, "Pinned buffers in use", 0)                                                  \
+    X(pinned_in_use_bytes, "Pinned memory in use", 1)                                              \
+    X(pinned_cached_bytes, "Pinned memory cached", 1)                                              \
+    X(pinned_reserved_bytes, "Pinned memory held", 1)
+#define CCI_STAT_PINNED_COUNTS(X)                                                                  \
+    X(pinned_hits, "reused")                                                                       \
+    X(pinned_misses, "newly pinned")                                                               \
+    X(pinned_host_allocs, "pinnings asked of CUDA")                                                \
+    X(pinned_host_frees, "buffers given back")                                                     \
+    X(pinned_register_ns, "time pinning (ns)")                                                     \
+    X(pinned_fence_records, "fences at frees")                                                     \
+    X(pinned_unfenced_frees, "frees without a fence")                                              \
+    X(pinned_reserve_segment_bytes, "reserve segment (bytes)")                                    \
+    X(pinned_background_reclaims, "found passed by the background thread")
 
 // The lists must cover the struct exactly: a field added to one and not the other stops the build.
 #define CCI__FAMILY_SIZE(f, label, per_pool, bytes) +(per_pool ? CCI_POOL_KINDS : 1) * sizeof(cci_stat)
 #define CCI__SCALAR_SIZE(f, ...) +sizeof(uint64_t)
 #define CCI__OUTSIDE_SIZE(f) +sizeof(cci_stat)
+#define CCI__PINNED_FAMILY_SIZE(f, label, bytes) +sizeof(cci_stat)
 _Static_assert(sizeof(cci_stats) == 2 * sizeof(uint32_t) CCI_STAT_FAMILIES(CCI__FAMILY_SIZE)
                                         CCI_STAT_COUNTERS(CCI__SCALAR_SIZE) CCI_STAT_FIGURES(CCI__SCALAR_SIZE)
                                             CCI_STAT_COSTS(CCI__SCALAR_SIZE) CCI_STAT_OUTSIDE(CCI__OUTSIDE_SIZE)
-                                                CCI_STAT_OUTSIDE_FIGURES(CCI__SCALAR_SIZE),
+                                                CCI_STAT_OUTSIDE_FIGURES(CCI__SCALAR_SIZE)
+                                                    CCI_STAT_PINNED_FAMILIES(CCI__PINNED_FAMILY_SIZE)
+                                                        CCI_STAT_PINNED_COUNTS(CCI__SCALAR_SIZE),
                "cci_stats and the lists in stats_list.h disagree");
 #undef CCI__FAMILY_SIZE
 #undef CCI__SCALAR_SIZE
 #undef CCI__OUTSIDE_SIZE
+#undef CCI__PINNED_FAMILY_SIZE
 
 #endif

@@ -243,6 +243,10 @@ typedef struct cci_report_snapshot {
     char program[256];
     char host[128];
     char time_utc[32];           ///< ISO 8601, when the snapshot was taken
+    // The preload's pinned host cache, for the whole process (its pinned_* fields only; the
+    // preload fills them after the snapshot is taken). No section while has_pinned is 0.
+    int has_pinned;
+    cci_stats pinned;
 } cci_report_snapshot;
 
 /// Gathers everything a report needs from `n` allocators (NULL entries are skipped); tls may be

@@ -76,6 +76,10 @@ void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
 /// call per form.
 void cci__whatif_text(cci_sb *b, const cci_report_device *d);
 void cci__vmm_text(cci_sb *b, const cci_report_device *d);
+/// The pinned host cache's section (report_pinned.c): nothing unless the snapshot has one.
+void cci__pinned_text(cci_sb *b, const cci_report_snapshot *s);
+/// The same as a JSON member `"pinned_host": {...}` with its leading ",\n"; nothing without one.
+void cci__pinned_json(cci_sb *b, const cci_report_snapshot *s);
 void cci__whatif_json(cci_sb *b, const cci_report_device *d);
 void cci__whatif_html(cci_sb *b, const cci_report_device *d);
 void cci__vmm_json(cci_sb *b, const cci_report_device *d);

@@ -255,5 +255,7 @@ void cci__report_json(cci_sb *b, const cci_report_snapshot *s)
         device(b, &s->devices[i]);
         cci__sb_puts(b, i + 1 < s->ndevices ? ",\n" : "\n");
     }
-    cci__sb_puts(b, "  ]\n}\n");
+    cci__sb_puts(b, "  ]");
+    cci__pinned_json(b, s);
+    cci__sb_puts(b, "\n}\n");
 }

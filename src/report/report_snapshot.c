@@ -100,7 +100,7 @@ int cci_report_has_activity(const cci_report_snapshot *s)
     for (int i = 0; i < s->ndevices; i++)
         if (s->devices[i].stats.num_device_alloc > 0)
             return 1;
-    return 0;
+    return s->has_pinned && s->pinned.pinned_host_allocs > 0;
 }
 
 static void process_info(cci_report_snapshot *s)

@@ -76,7 +76,14 @@ static inline int same_config(const cci_config *a, const cci_config *b)
         a->release_lock_on_cudamalloc != b->release_lock_on_cudamalloc ||
         a->immediate_reuse != b->immediate_reuse ||
         a->memgetinfo_cached_as_free != b->memgetinfo_cached_as_free ||
-        a->intercept_level != b->intercept_level || a->compact_segments != b->compact_segments)
+        a->intercept_level != b->intercept_level || a->compact_segments != b->compact_segments ||
+        a->large_segment_size != b->large_segment_size ||
+        a->throw_on_cudamalloc_oom != b->throw_on_cudamalloc_oom || a->fence_slack_mb != b->fence_slack_mb ||
+        a->pinned_use_cuda_host_register != b->pinned_use_cuda_host_register ||
+        a->pinned_num_register_threads != b->pinned_num_register_threads ||
+        a->pinned_use_background_threads != b->pinned_use_background_threads ||
+        a->pinned_reserve_segment_size != b->pinned_reserve_segment_size ||
+        a->pinned_free_catch_all != b->pinned_free_catch_all)
         return 0;
     for (int i = 0; i < CCI_ROUNDUP_INTERVALS; i++)
         if (a->roundup_divisions[i] != b->roundup_divisions[i])

@@ -483,6 +483,7 @@ void device_reset_locked(int dev)
     device_sync_locked(dev);
     fc_vmm_device_reset(dev);
     fc_peer_device_reset(dev);
+    fc_host_device_reset(dev);
     for (struct CUstream_st *t = g_all_streams; t; t = t->all_next)
         if (t->live && t->dev == dev && t->kind == SK_CREATED)
             stream_retire_locked(t);

@@ -38,6 +38,8 @@ typedef enum cudaError_enum {
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -492,6 +494,25 @@ CUresult fakecu_device_write(int dev, void *dst, const void *src, int byte, size
  * here (a NULL stream is the legacy one). */
 CUresult fakecu_memset_async(CUdeviceptr dst, int byte, size_t n, CUstream hStream, unsigned delay_us);
 CUresult fakecu_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hStream, unsigned delay_us);
+
+/* Pinned host memory (fake_host.c): allocations start-only for free, flags and device pointer,
+ * as CUDA; FAKECUDA_PIN_US_PER_MB=N costs N us per MiB pinned. */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+/* p starts a registered range: the percentage of its pages present when it was registered
+ * (mincore); -1: p starts an allocated (cuMemHostAlloc) range; -2: neither. */
+int fakecu_host_registered(const void *p);
+/* Pinnings (allocations and registrations) and their undoing, since the start. */
+unsigned long long fakecu_host_pins(void);
+unsigned long long fakecu_host_unpins(void);
 
 #ifdef __cplusplus
 }

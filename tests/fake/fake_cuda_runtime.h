@@ -192,6 +192,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 cudaError_t cudaMemset(void *devPtr, int value, size_t count);
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream);
 
+/* Pinned host memory (fake_cudart_host.c over fake_host.c). */
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
+#define cudaHostRegisterDefault 0x00
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
+cudaError_t cudaMallocHost(void **ptr, size_t size);
+cudaError_t cudaFreeHost(void *ptr);
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void *ptr);
+cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost);
+cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags);
+
 /* ---- Errors and versions ---- */
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
@@ -289,6 +303,9 @@ cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
  * work is recorded into the graph and runs on each launch of it.
  */
 void fakecuda_delayed_fill(void *dst, int byte, size_t n, cudaStream_t s, unsigned delay_us);
+/* The same for a copy: sleep delay_us on stream s, then memcpy(dst, src, n). Models a copy from
+ * pinned host memory still queued after the program freed the buffer. */
+void fakecuda_delayed_copy(void *dst, const void *src, size_t n, cudaStream_t s, unsigned delay_us);
 
 /* Holds work queued on s from now on (hold != 0) until a synchronisation or
  * dependent work demands it: see fakecu_stream_hold in fake_cuda_driver.h.

@@ -70,7 +70,13 @@
     X(cuMemPoolCreate)             \
     X(cuMemPoolDestroy)            \
     X(cuMemPoolGetAttribute)       \
-    X(cuMemAllocFromPoolAsync)
+    X(cuMemAllocFromPoolAsync)     \
+    X(cuMemHostAlloc)              \
+    X(cuMemFreeHost)               \
+    X(cuMemHostRegister_v2)        \
+    X(cuMemHostUnregister)         \
+    X(cuMemHostGetFlags)           \
+    X(cuMemHostGetDevicePointer_v2)
 
 #define DECLARE_PTR(name) __typeof__(name) *name;
 struct fcrt_driver {

@@ -74,6 +74,11 @@ RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
         attributes->type = cudaMemoryTypeDevice;
         attributes->device = ordinal;
         attributes->devicePointer = (void *)(uintptr_t)dptr;
+    } else if (type == CU_MEMORYTYPE_HOST) {  // pinned: mapped at the same address (unified addressing)
+        attributes->type = cudaMemoryTypeHost;
+        attributes->device = ordinal;
+        attributes->devicePointer = (void *)(uintptr_t)dptr;
+        attributes->hostPointer = (void *)ptr;
     } else {  // unknown to the driver: the runtime calls it unregistered host memory
         attributes->type = cudaMemoryTypeUnregistered;
         attributes->device = -2;

@@ -249,6 +249,12 @@ struct alloc *alloc_containing_locked(uintptr_t p);
 CUresult mem_alloc_core(int dev, size_t size, CUdeviceptr *out);
 void device_reset_locked(int dev);
 
+/* ---- fake_host.c: pinned host memory ---- */
+/* The pinned range (allocated or registered) holding p: its device, start and size. */
+bool fc_host_range_of(uintptr_t p, int *dev, uintptr_t *base, size_t *size);
+/* The device's primary context goes: its pinned allocations are freed, registrations forgotten. */
+void fc_host_device_reset(int dev);
+
 /* ---- fake_stream.c: stream objects, ordering, holds, waits ---- */
 void ptds_destructor(void *p);
 struct CUstream_st *stream_new_locked(int dev, enum stream_kind kind, bool blocking);

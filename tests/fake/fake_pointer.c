@@ -25,6 +25,7 @@ static uint32_t g_peer[FC_MAX_DEVICES];
 struct pointer_info {
     int dev;
     bool vmm; /* in a VMM mapping rather than a cuMemAlloc allocation */
+    bool host; /* pinned host memory (fake_host.c) */
     uintptr_t base;
     size_t size;
 };
@@ -38,6 +39,11 @@ static bool pointer_lookup(uintptr_t p, struct pointer_info *out)
     pthread_mutex_unlock(&g_lock);
     if (a)
         return true;
+    if (fc_host_range_of(p, &out->dev, &out->base, &out->size)) {
+        out->vmm = false;
+        out->host = true;
+        return true;
+    }
     out->vmm = true;
     return fc_vmm_mapping_of(p, &out->dev, &out->base, &out->size);
 }
@@ -49,16 +55,19 @@ static CUresult attribute_of(const struct pointer_info *pi, CUpointer_attribute 
         /* A VMM mapping is made for a device, not inside a context: no
          * context to name. A cuMemAlloc allocation lives in its device's
          * primary context (the only kind the fake's tests allocate in). */
-        *(CUcontext *)data = pi->vmm ? NULL : &g_dev[pi->dev].primary;
+        *(CUcontext *)data = pi->vmm || pi->host ? NULL : &g_dev[pi->dev].primary;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = CU_MEMORYTYPE_DEVICE;
+        *(unsigned *)data = pi->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = (CUdeviceptr)p;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        return CUDA_ERROR_INVALID_VALUE; /* device memory: no host address to give */
+        if (!pi->host)
+            return CUDA_ERROR_INVALID_VALUE; /* device memory: no host address to give */
+        *(void **)data = (void *)p;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(int *)data = 0; /* the fake does not tell managed allocations apart */
         return CUDA_SUCCESS;

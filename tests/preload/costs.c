@@ -191,6 +191,7 @@ int main(int argc, char **argv)
         CHECK(same, "the fence figures, counted for the process, are the same on both devices");
     }
 
+    old_caller(&api, offsetof(cci_stats, pinned_buffers), s, "version 4");
     old_caller(&api, offsetof(cci_stats, fence_record_calls), s, "version 3");
     old_caller(&api, offsetof(cci_stats, num_fence_records), s, "version 1");
 

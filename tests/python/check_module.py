@@ -135,6 +135,20 @@ def scenario_active(opts):
                 report_figures.update({f'{key}.{part}': n for part, n in value.items()})
             else:
                 report_figures[key] = value
+        # The pinned host cache's figures are the process's, under "pinned_host" (written only when
+        # the process pinned something); otherwise memory_stats() must hold them all as zero.
+        pinned = rep.get('pinned_host')
+        if pinned is None:
+            pinned = {k.split('.')[0]: 0 for k in s if k.startswith('pinned_')}
+            check(all(v == 0 for k, v in s.items() if k.startswith('pinned_')),
+                  'nothing pinned: the pinned figures are zero', {k: v for k, v in s.items() if k.startswith('pinned_')})
+            report_figures.update({k: 0 for k in s if k.startswith('pinned_')})
+        else:
+            for key, value in pinned.items():
+                if isinstance(value, dict):
+                    report_figures.update({f'{key}.{part}': n for part, n in value.items()})
+                else:
+                    report_figures[key] = value
         check(set(report_figures) == set(s), 'memory_stats() has every figure of the JSON report and no other',
               f'only in the report: {sorted(set(report_figures) - set(s))}\n'
               f'only in memory_stats(): {sorted(set(s) - set(report_figures))}')
