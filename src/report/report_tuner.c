@@ -18,7 +18,7 @@
 #define US_MALLOC_PER_MIB 0.21
 #define US_FREE 55.0
 #define US_MEM_CREATE 13.0
-#define US_MEM_MAP 1.7
+#define US_MEM_MAP 2.0  // (1.3-2.1)
 #define US_MEM_SET_ACCESS 30.0
 #define US_MEM_UNMAP 22.0
 #define US_MEM_RELEASE 15.0

@@ -97,7 +97,7 @@ static void words(void)
     // The words come from the constants the code applies: 1 % of 12.5 s is 125 ms.
     CHECK(strstr(rule, "at most 1.0 % of the trace's duration, 12.5 s (125.0 ms) slower than the default's"),
           "rule: %s", rule);
-    CHECK(strstr(rule, "within 0.5 % of the lowest peak") && strstr(rule, "cudaMalloc 60 \xc2\xb5s + 0.35"),
+    CHECK(strstr(rule, "within 0.5 % of the lowest peak") && strstr(rule, "cudaMalloc 46 \xc2\xb5s + 0.21"),
           "rule: %s", rule);
     cci_tuner_row def = {"", 0, 0, 1020 * MIB, plain(44, 20)};
     cci_tuner_row cmp = {"compact_segments:True", 1, 0, 740 * MIB, vmm(2, 60, 96)};
