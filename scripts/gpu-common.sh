@@ -80,7 +80,7 @@ cci_run() {
 }
 
 # torch_workloads.py: $TORCH_WORKLOADS, else the shared copy beside the repository, else the copy
-# the lead puts into the tree for the device (the device gets the repository only).
+# put into the tree's shared-gpu/ for the device (the device gets the repository only).
 cci_find_workloads() {
     local c
     for c in "${TORCH_WORKLOADS:-}" "$CCI_ROOT/../shared/gpu/torch_workloads.py" "$CCI_ROOT/shared-gpu/torch_workloads.py"; do
