@@ -474,16 +474,6 @@ static const cci_sweep_row *baseline_of(const cci_sweep_outcome *o)
     return NULL;
 }
 
-static void to_row(cci_report_whatif_row *d, const cci_sweep_row *s)
-{
-    memcpy(d->conf, s->conf, sizeof d->conf);
-    d->peak_reserved = s->res.peak_reserved;
-    d->peak_allocated = s->res.peak_allocated;
-    d->num_device_alloc = s->res.num_device_alloc;
-    d->num_ooms = s->res.num_ooms;
-    cci_sweep_tuner_calls(&s->res, &d->calls);
-}
-
 static const cci_sweep_row *rank_base;
 
 // Fewest OOMs, lowest peak, fewest device allocations, fewest keys, then plan order: a total
@@ -561,9 +551,9 @@ void cci_history_measure(cci_history *h, cci_allocator *a, const char *conf_text
         rank_base = o.rows;  // one measurement at a time: exit, or an OOM under the caller's once
         qsort(order, n, sizeof *order, cmp_rank);
         for (size_t k = 0; k < n; k++)
-            to_row(&w->rows[k], &o.rows[order[k]]);
+            cci_sweep_whatif_row(&w->rows[k], &o.rows[order[k]]);
         w->nrows = n;
-        to_row(&w->current, base);
+        cci_sweep_whatif_row(&w->current, base);
         w->measured = 1;
     }
     if (!w->measured) {

@@ -179,6 +179,17 @@ void cci_sweep_tuner_calls(const cci_replay_result *r, cci_tuner_calls *c)
                            .page_releases = r->vmm.page_releases};
 }
 
+void cci_sweep_whatif_row(cci_report_whatif_row *d, const cci_sweep_row *s)
+{
+    memset(d, 0, sizeof *d);
+    memcpy(d->conf, s->conf, sizeof d->conf);
+    d->peak_reserved = s->res.peak_reserved;
+    d->peak_allocated = s->res.peak_allocated;
+    d->num_device_alloc = s->res.num_device_alloc;
+    d->num_ooms = s->res.num_ooms;
+    cci_sweep_tuner_calls(&s->res, &d->calls);
+}
+
 static void to_tuner(const row *r, cci_tuner_row *t)
 {
     *t = (cci_tuner_row){.conf = r->conf, .nkeys = r->nkeys, .num_ooms = r->res.num_ooms,

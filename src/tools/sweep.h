@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "replay.h"
+#include "report.h"
 #include "tuner.h"
 
 /// Runs the grid on `jobs` threads (>= 1) and prints the ranked table and the recommendation
@@ -39,6 +40,9 @@ typedef struct cci_sweep_row {
     cci_sweep_row_state state;
     cci_replay_result res;
 } cci_sweep_row;
+
+/// One replayed row as the report's what-if table shows it (the exit report and its tests alike).
+void cci_sweep_whatif_row(cci_report_whatif_row *d, const cci_sweep_row *s);
 
 typedef struct cci_sweep_plan {
     size_t capacity;              ///< device bytes (0 = unlimited; the gc entries need a capacity)

@@ -15,17 +15,6 @@
 
 static const char *const traces[] = {"encoder.pickle.xz", "resnet.pickle.xz", "seedfrag.pickle.xz"};
 
-static void to_row(cci_report_whatif_row *d, const cci_sweep_row *s)
-{
-    memset(d, 0, sizeof *d);
-    memcpy(d->conf, s->conf, sizeof d->conf);
-    d->peak_reserved = s->res.peak_reserved;
-    d->peak_allocated = s->res.peak_allocated;
-    d->num_device_alloc = s->res.num_device_alloc;
-    d->num_ooms = s->res.num_ooms;
-    cci_sweep_tuner_calls(&s->res, &d->calls);
-}
-
 // The configuration the exit report's first advice recommends ("" = the defaults or kept), or
 // NULL when it names none.
 static char *exit_report_choice(const cci_trace *t, char *out, size_t len)
@@ -53,9 +42,9 @@ static char *exit_report_choice(const cci_trace *t, char *out, size_t len)
     w->replayed = w->planned = o.n;
     for (size_t i = 0; i < o.n; i++) {
         if (o.rows[i].is_baseline)
-            to_row(&w->current, &o.rows[i]);
+            cci_sweep_whatif_row(&w->current, &o.rows[i]);
         else
-            to_row(&w->rows[w->nrows++], &o.rows[i]);
+            cci_sweep_whatif_row(&w->rows[w->nrows++], &o.rows[i]);
     }
     cci_sweep_outcome_free(&o);
     cci_report_derive(&s);

@@ -12,17 +12,7 @@
 
 #include "report_impl.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                             \
-            fprintf(stderr, __VA_ARGS__);                                                                    \
-            fputc('\n', stderr);                                                                             \
-            failures++;                                                                                      \
-        }                                                                                                    \
-    } while (0)
+#include "report_check.h"
 
 static const char *text_of(const cci_report_device *d, const char *rule)
 {

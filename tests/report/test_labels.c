@@ -9,16 +9,7 @@
 
 #include "workloads.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "report_check.h"
 
 static char *render(cci_report_format f, const cci_report_snapshot *s)
 {

@@ -10,16 +10,7 @@
 
 #include "tuner.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "report_check.h"
 
 #define MIB (1024ull * 1024)
 
