@@ -36,6 +36,7 @@ static _Thread_local int hash_oom;
 #include "log.h"
 #include "real.h"
 #include "state.h"
+#include "stats_list.h"
 #include "host_cache_real.h"
 
 // Smallest size class: below it the class table would only grow, not the reuse.
@@ -703,19 +704,13 @@ void cci_host_cache_stats(cci_stats *out)
     pthread_mutex_lock(&hc.lock);
     cci_stats s = hc.st;
     pthread_mutex_unlock(&hc.lock);
-    out->pinned_buffers = s.pinned_buffers;
-    out->pinned_in_use_bytes = s.pinned_in_use_bytes;
-    out->pinned_cached_bytes = s.pinned_cached_bytes;
-    out->pinned_reserved_bytes = s.pinned_reserved_bytes;
-    out->pinned_hits = s.pinned_hits;
-    out->pinned_misses = s.pinned_misses;
-    out->pinned_host_allocs = s.pinned_host_allocs;
-    out->pinned_host_frees = s.pinned_host_frees;
-    out->pinned_register_ns = s.pinned_register_ns;
-    out->pinned_fence_records = s.pinned_fence_records;
-    out->pinned_unfenced_frees = s.pinned_unfenced_frees;
-    out->pinned_reserve_segment_bytes = s.pinned_reserve_segment_bytes;
-    out->pinned_background_reclaims = s.pinned_background_reclaims;
+    // Every pinned field, from the one list (stats_list.h): a field added there is copied here.
+#define COPY_FAMILY(f, label, bytes) out->f = s.f;
+#define COPY_COUNT(f, label) out->f = s.f;
+    CCI_STAT_PINNED_FAMILIES(COPY_FAMILY)
+    CCI_STAT_PINNED_COUNTS(COPY_COUNT)
+#undef COPY_FAMILY
+#undef COPY_COUNT
 }
 
 int cci_host_cache_used(void)
