@@ -45,6 +45,7 @@ static bool pointer_lookup(uintptr_t p, struct pointer_info *out)
         return true;
     }
     out->vmm = true;
+    out->host = false;
     return fc_vmm_mapping_of(p, &out->dev, &out->base, &out->size);
 }
 
