@@ -8,6 +8,7 @@
  * used and never trims it (a release threshold of "keep everything"); a
  * device reset does not touch a pool's figures.
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "fake_internal.h"
@@ -39,11 +40,20 @@ struct CUmemPoolHandle_st *fake_default_pool(int dev)
     return default_pool(dev);
 }
 
+// Each default pool's device is written once, before any thread can ask for one (writing it at
+// every call raced between threads, as ThreadSanitizer found).
+static pthread_once_t g_default_pools_once = PTHREAD_ONCE_INIT;
+
+static void default_pools_init(void)
+{
+    for (int d = 0; d < 64; d++)
+        g_default_pools[d].dev = d;
+}
+
 static struct CUmemPoolHandle_st *default_pool(int dev)
 {
-    struct CUmemPoolHandle_st *p = &g_default_pools[dev];
-    p->dev = dev;
-    return p;
+    pthread_once(&g_default_pools_once, default_pools_init);
+    return &g_default_pools[dev];
 }
 
 FC_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
