@@ -761,26 +761,18 @@ FC_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 
-CUresult fake_alloc_stream(CUstream h, int per_thread, int *dev)
-{
-    pthread_mutex_lock(&g_lock);
-    struct CUstream_st *s;
-    CUresult r = resolve_stream_locked(h, per_thread, &s);
-    if (!r)
-        r = stream_accepts_locked(s);
-    if (!r)
-        *dev = s->dev;
-    pthread_mutex_unlock(&g_lock);
-    return r;
-}
-
 static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream h, int per_thread)
 {
     ENTER();
     if (!dptr || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    int dev = 0;
-    CUresult r = fake_alloc_stream(h, per_thread, &dev);
+    pthread_mutex_lock(&g_lock);
+    struct CUstream_st *s;
+    CUresult r = resolve_stream_locked(h, per_thread, &s);
+    if (!r)
+        r = stream_accepts_locked(s);
+    int dev = r ? 0 : s->dev;
+    pthread_mutex_unlock(&g_lock);
     return r ? r : mem_alloc_core_pool(dev, bytesize, dptr, fake_default_pool(dev));
 }
 

@@ -271,9 +271,6 @@ void prune_ctx_waits_locked(struct device *d);
 /* A new stream of dev waits for the context waits still pending (cuCtxWaitEvent). */
 CUresult stream_join_ctx_waits_locked(struct CUstream_st *s);
 CUresult stream_accepts_locked(struct CUstream_st *s);
-/// A stream-ordered allocation's stream: resolved and checked (not capturing illegally, not
-/// destroyed) under the lock; its device in *dev. 0, or the CUresult to return.
-CUresult fake_alloc_stream(CUstream h, int per_thread, int *dev);
 CUresult enqueue_locked(struct CUstream_st *s, void (*fn)(void *), void *arg, void (*drop)(void *),
                         uint64_t *seq);
 CUresult enqueue_after_locked(struct CUstream_st *s, void (*fn)(void *), void *arg,

@@ -119,8 +119,12 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
     ENTER();
     if (!dptr || size == 0 || !pool)
         return CUDA_ERROR_INVALID_VALUE;
-    int dev;
-    CUresult r = fake_alloc_stream(h, per_thread, &dev);
+    pthread_mutex_lock(&g_lock);
+    struct CUstream_st *s;
+    CUresult r = resolve_stream_locked(h, per_thread, &s);
+    if (!r)
+        r = stream_accepts_locked(s);
+    pthread_mutex_unlock(&g_lock);
     return r ? r : mem_alloc_core_pool(pool->dev, size, dptr, pool);
 }
 
