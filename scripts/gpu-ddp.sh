@@ -27,7 +27,7 @@ STACKS_RUN=${STACKS_RUN:-1}
 for v in STEPS NPROC REPEATS; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { cci_say "$v=${!v}: expected a whole number from 1"; exit 1; }
 done
-ddp_configs="native native-expandable ours ours-immediate ours-expandable ours-compact ours-no-budget ours-pluggable"
+ddp_configs="native native-expandable ours ours-immediate ours-expandable ours-compact ours-no-budget ours-pluggable ours-async ours-async-compact"
 for c in $CONFIGS; do
     [[ " $ddp_configs " == *" $c "* ]] || { cci_say "CONFIGS: unknown configuration '$c' ($ddp_configs)"; exit 1; }
 done
@@ -50,6 +50,12 @@ config_env() {  # CONFIG: sets the array CFG_ENV to its environment
             CCI_ALLOC_CONF=fence_slack_mb:0) ;;
         # PyTorch's pluggable allocator on the preload's entry points: the stream comes with every call.
         ours-pluggable) CFG_ENV=(CCI_TORCH_PLUGGABLE=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info) ;;
+        # PyTorch's own stream-ordered backend (cudaMallocAsync / cudaFreeAsync with the stream of
+        # every tensor) served by the preload's pool: CCI_ALLOC_CONF, read first, keeps ours active.
+        ours-async) CFG_ENV=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CCI_ALLOC_CONF=backend:native
+            "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info) ;;
+        ours-async-compact) CFG_ENV=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+            CCI_ALLOC_CONF=compact_segments:True "LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info) ;;
     esac
 }
 run_ddp() {  # LOG [ddp_encoder.py args] -- ENV...

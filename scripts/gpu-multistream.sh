@@ -2,31 +2,43 @@
 # SPDX-License-Identifier: MIT
 # The multi-stream benchmarks (docs/benchmarks.md, "Multi-stream"), one unattended run on a machine
 # with two GPUs:
-#   1. DDP (gpu-ddp.sh): DDP_ROUNDS rounds of native, ours and ours as PyTorch's pluggable
-#      allocator for wall time; MEM_ROUNDS rounds of PyTorch expandable, ours expandable, ours
-#      compact and ours immediate for peaks;
+#   1. DDP (gpu-ddp.sh): DDP_ROUNDS rounds of native, ours and ours behind PyTorch's
+#      backend:cudaMallocAsync (the stream of every tensor reaches our pool) for wall time;
+#      MEM_ROUNDS rounds of PyTorch expandable, ours expandable, ours compact (also behind
+#      backend:cudaMallocAsync) and ours as PyTorch's pluggable allocator;
 #   2. then, side by side, on GPU 0 the threaded server pattern (tests/bench/bench_threads.c:
 #      T threads, each its own non-blocking stream, cached 64 KiB pairs) through cudaMallocAsync,
 #      ours and ours with a 32 MiB fence budget, in rotated rounds; on GPU 1 the generation
-#      workload (tests/bench/generation.py) natively, under ours, ours as the pluggable allocator,
-#      PyTorch expandable, ours expandable and ours compact, in rotated rounds.
-# Environment: CCI_GPU_OUT, DDP_ROUNDS (default 7), MEM_ROUNDS (default 2), GEN_ROUNDS (default 2),
-# THREAD_ROUNDS (default 3), GEN_REQUESTS (default 12), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
+#      workload (tests/bench/generation.py) natively, natively without PyTorch's cache, under
+#      ours, ours immediate, ours behind backend:cudaMallocAsync, ours as the pluggable allocator,
+#      PyTorch expandable, ours expandable and ours compact, in rotated rounds (the two references
+#      say whether a result_sum that differs from native's is the allocator's doing).
+# Environment: PARTS (default "ddp threads generation"), CCI_GPU_OUT, DDP_ROUNDS (default 7),
+# MEM_ROUNDS (default 1), MEM_SECONDS (kept for them, default 95), GEN_ROUNDS (default 2),
+# THREAD_ROUNDS (default 3), GEN_REQUESTS (default 6), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
 status=0
+PARTS=${PARTS:-ddp threads generation}
 cci_build_preload || exit 1
 cci_find_nvcc || exit 1
 here=$(dirname "$0")
 out=$CCI_GPU_OUT
-CCI_GPU_OUT=$out/ddp REPEATS=${DDP_ROUNDS:-7} CONFIGS="native ours ours-pluggable" STACKS_RUN=0 \
-    CCI_DEADLINE=$(( $(cci_left) - 150 )) "$here/gpu-ddp.sh" >"$out/ddp-time.txt" 2>&1 || status=1
-CCI_GPU_OUT=$out/ddp REPEATS=${MEM_ROUNDS:-2} STACKS_RUN=0 \
-    CONFIGS="native-expandable ours-expandable ours-compact ours-immediate" \
-    CCI_DEADLINE=$(( $(cci_left) - 110 )) "$here/gpu-ddp.sh" >"$out/ddp-memory.txt" 2>&1 || status=1
-CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-pluggable native-expandable ours-expandable ours-compact ours-immediate" \
-    "$PYTHON" tests/bench/gpu_report.py ddp "$out/ddp" >"$out/ddp-summary.txt" 2>&1 || status=1
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part ddp; then
+    # (Each torchrun process takes ~16 s on two H200s: 7 rounds of three configurations and one of
+    # four more fit one 10-minute call; the memory configurations' peaks vary less than wall time.)
+    CCI_GPU_OUT=$out/ddp REPEATS=${DDP_ROUNDS:-7} CONFIGS="native ours ours-async" STACKS_RUN=0 \
+        CCI_DEADLINE=$(( $(cci_left) - ${MEM_SECONDS:-95} )) "$here/gpu-ddp.sh" >"$out/ddp-time.txt" 2>&1 || status=1
+    CCI_GPU_OUT=$out/ddp REPEATS=${MEM_ROUNDS:-1} STACKS_RUN=0 \
+        CONFIGS="native-expandable ours-expandable ours-compact ours-async-compact ours-pluggable" \
+        CCI_DEADLINE=$(( $(cci_left) - 10 )) "$here/gpu-ddp.sh" >"$out/ddp-memory.txt" 2>&1 || status=1
+    CCI_GPU_OUT=$out/ddp CONFIGS="native ours ours-async native-expandable ours-expandable ours-compact ours-async-compact ours-pluggable" \
+        "$PYTHON" tests/bench/gpu_report.py ddp "$out/ddp" >"$out/ddp-summary.txt" 2>&1 || status=1
+    tail -n 30 "$out/ddp-summary.txt"
+fi
+part threads || part generation || exit $status
 
 mkdir -p "$CCI_BIN"
 "$NVCC" -O2 -cudart shared -Iinclude -Iexamples -Itests/bench tests/bench/bench_threads.c -o "$CCI_BIN/bench_threads" -ldl \
@@ -46,33 +58,37 @@ threads() {
 }
 generation() {
     for r in $(seq 1 "${GEN_ROUNDS:-2}"); do
-        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native ours ours-pluggable native-expandable ours-expandable ours-compact); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native native-nocache ours ours-immediate ours-async ours-pluggable native-expandable ours-expandable ours-compact); do
             local e=(CUDA_VISIBLE_DEVICES=1)
             case $c in
                 native) ;;
                 native-expandable) e+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+                # result_sum's references: PyTorch with no cache of its own (cuBLAS's workspace then
+                # comes from cudaMalloc, as under ours), and ours reusing at once (no fences).
+                native-nocache) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1) ;;
+                ours-async) e+=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CCI_ALLOC_CONF=backend:native
+                                "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
                 ours) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
                 ours-pluggable) e+=(CCI_TORCH_PLUGGABLE=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
                 ours-*) conf=
                         [[ $c == ours-expandable ]] && conf=expandable_segments:True
                         [[ $c == ours-compact ]] && conf=compact_segments:True
+                        [[ $c == ours-immediate ]] && conf=immediate_reuse:True
                         e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info "CCI_ALLOC_CONF=$conf") ;;
             esac
             (( $(cci_left) < 45 )) && { echo "== out of time before $c round $r"; return 1; }
             echo "== $c round $r"
-            timeout 120 env "${e[@]}" "$PYTHON" tests/bench/generation.py --requests "${GEN_REQUESTS:-12}" 2>&1 | grep -E '^\{|stream rule|fence costs|ordered on' | sed "s/^{/{\"config\": \"$c\", \"round\": $r, /"
+            timeout 120 env "${e[@]}" "$PYTHON" tests/bench/generation.py --requests "${GEN_REQUESTS:-6}" 2>&1 | grep -E '^\{|stream rule|fence costs|ordered on' | sed "s/^{/{\"config\": \"$c\", \"round\": $r, /"
         done
     done
 }
-threads >"$out/threads.txt" 2>&1 &
-tp=$!
-generation >"$out/generation.txt" 2>&1 &
-gp=$!
-wait $tp || status=1
-wait $gp || status=1
-tail -n 30 "$out/ddp-summary.txt"
-grep -h "^threads\|^ *[a-z-]* *malloc\|async," "$out/threads.txt" | head -40
-"$PYTHON" - "$out/generation.txt" <<'PY'
+tp='' gp=''
+part threads && { threads >"$out/threads.txt" 2>&1 & tp=$!; }
+part generation && { generation >"$out/generation.txt" 2>&1 & gp=$!; }
+[[ -z $tp ]] || wait "$tp" || status=1
+[[ -z $gp ]] || wait "$gp" || status=1
+part threads && grep -h "^threads\|^ *[a-z-]* *malloc\|async," "$out/threads.txt" | head -40
+part generation && "$PYTHON" - "$out/generation.txt" <<'PY'
 import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -87,7 +103,8 @@ for c, xs in rows.items():
     s = statistics.median(x["seconds"] for x in xs)
     p = statistics.median(x["peak_reserved_mib"] for x in xs)
     same = all(x["result_sum"] == nat[0]["result_sum"] for x in xs) if nat else None
-    print(f"  {c:<18} {s:8.3f} {s / ns if ns else 0:6.3f} {p:9.1f} {p / npk if npk else 0:6.3f} {same}")
+    sums = sorted({x["result_sum"] for x in xs})
+    print(f"  {c:<18} {s:8.3f} {s / ns if ns else 0:6.3f} {p:9.1f} {p / npk if npk else 0:6.3f} {same} {sums}")
 PY
 cci_say "gpu-multistream: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s"
 exit $status

@@ -59,8 +59,11 @@ cci_block *cci__better_fit_after_fences(cci_allocator *a, cci_block *b, size_t r
     // program's latest frees, the likeliest fits, and a fence recorded now passes soonest.
     // On the fence budget a fence is not recorded for a better fit: the record and its question
     // cost more than the pair they would save (a thread's malloc+free loop on its own stream).
+    // Nor for a small request: its poor fit is the rest of a 2 MiB segment at most, and a fence
+    // every other pair made most of such a loop's cost on the GPU (the tick still closes the
+    // batch every FENCE_TICK allocations). The shared traces' replayed peaks did not change.
     int on_budget = cci__fence_slack_left(a, rounded);
-    int harvest = cheap && !on_budget && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
+    int harvest = cheap && !on_budget && !small && a->fence_tick >= FENCED_FIT_HARVEST_EVERY;
     if (harvest)
         a->fence_tick = 0;  // this harvest does the tick's work: the next tick counts from here
     if (harvest ? cci__fenced_harvest(a, ask) : cci__fenced_poll(a, ask))

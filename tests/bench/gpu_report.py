@@ -70,6 +70,8 @@ CHECK_LABELS = {
     "ours": "ours default", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
     "ours-compact": "ours compact", "ours-torch-cache": "ours + PyTorch cache",
     "ours-no-budget": "ours, no fence budget", "ours-pluggable": "ours as PyTorch's pluggable allocator",
+    "ours-async": "ours behind PyTorch's backend:cudaMallocAsync",
+    "ours-async-compact": "ours compact behind backend:cudaMallocAsync",
 }
 
 

@@ -11,6 +11,7 @@
 
 #include "alloc_checks.h"
 #include "allocator_impl.h"
+#include "fit_rules.h"
 
 typedef struct fixture {
     cci_sim_device *sim;
@@ -336,6 +337,35 @@ static void test_near_fit(void)
     near_fit_case(1, 0, 0);
 }
 
+// A loop of fenced pairs of one size with a cheap fence, where every allocation meets a poor
+// fit (the rest of its segment) and the block just freed waits for its fence. A large block's
+// poor fit puts the open batch behind a fence every FENCED_FIT_HARVEST_EVERY allocations (a split
+// large block costs memory); a small one's waits for the tick (FENCE_TICK): a small segment is
+// 2 MiB at most, and a fence per pair or two was most of a thread's pair on the GPU.
+static uint64_t pair_loop_fences(size_t size, int pairs)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 0);
+    uintptr_t room = must_alloc(&f, 8 * size, 0);
+    CHECK(cci_free(f.a, room, 0, CCI_FREE_NOW) == CCI_OK, "a free run eight times the request");
+    for (int i = 0; i < pairs; i++)
+        CHECK(cci_free(f.a, must_alloc(&f, size, 0), 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    uint64_t n = stats(&f)->num_fence_records;
+    CHECK(f.st.reserved_bytes[CCI_POOL_ALL].peak <= (int64_t)(8 * size < 2 * MiB ? 2 * MiB : 8 * size),
+          "size %zu: the loop stayed within its first segment", size);
+    done(&f);
+    return n;
+}
+
+static void test_pair_loop_fences(void)
+{
+    uint64_t small = pair_loop_fences(64 * KiB, 320), large = pair_loop_fences(2 * MiB, 320);
+    CHECK(small <= 320 / FENCE_TICK + 2, "small pairs: %llu fences for 320 pairs, at most one a tick",
+          (unsigned long long)small);
+    CHECK(large >= 320 / FENCED_FIT_HARVEST_EVERY / 2, "large pairs: %llu fences for 320 pairs, the poor "
+          "fit harvested", (unsigned long long)large);
+}
+
 static void test_oom_ladder(void)
 {
     fixture f;
@@ -399,6 +429,7 @@ int main(void)
     test_wait_for_oldest_sufficient();
     test_poor_fit_spare();
     test_near_fit();
+    test_pair_loop_fences();
     test_oom_ladder();
     test_without_fences();
     return t_finish();
