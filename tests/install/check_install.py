@@ -98,7 +98,8 @@ def main():
 
 def base_env(a):
     env = dict(os.environ)
-    for k in ('LD_PRELOAD', 'CCI_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF', 'CCI_DISABLE', 'CCI_LOG', 'CCI_REPORT',
+    for k in ('LD_PRELOAD', 'CCI_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF', 'PYTORCH_ALLOC_CONF',
+              'PYTORCH_NO_CUDA_MEMORY_CACHING', 'CCI_DISABLE', 'CCI_LOG', 'CCI_REPORT',
               'CCI_REPORT_FORMAT', 'CCI_TRACE', 'CCI_DUMP_SIGNAL', 'CCI_PRELOAD_LIB'):
         env.pop(k, None)
     env['LD_LIBRARY_PATH'] = a.fake_libdir + (':' + env['LD_LIBRARY_PATH'] if env.get('LD_LIBRARY_PATH') else '')
@@ -163,6 +164,27 @@ def check_launcher(a, tmp, launcher, lib, probe, layout):
     check(r.returncode == 0 and got == want, 'each option exports its variable, and only those', show(r))
     r = run([launcher, '-v', '-v', '--', 'env'], env=env)
     check('CCI_LOG=debug' in r.stdout.splitlines(), '-v -v sets CCI_LOG=debug', show(r))
+
+    # --torch-streams: PyTorch's backend key for PyTorch, the user's other keys for us.
+    def streams_env(extra, *args):
+        r = run([launcher, '--torch-streams'] + list(args) + ['--', 'env'], env=dict(env, **extra))
+        return r, dict(l.split('=', 1) for l in r.stdout.splitlines() if '=' in l)
+    r, got = streams_env({})
+    check(r.returncode == 0 and got.get('PYTORCH_CUDA_ALLOC_CONF') == 'backend:cudaMallocAsync'
+          and got.get('CCI_ALLOC_CONF') == 'backend:native', '--torch-streams alone', show(r))
+    r, got = streams_env({'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True, backend:native,max_split_size_mb:64'})
+    check(got.get('CCI_ALLOC_CONF') == 'expandable_segments:True,max_split_size_mb:64'
+          and got.get('PYTORCH_CUDA_ALLOC_CONF') == 'backend:cudaMallocAsync',
+          "--torch-streams: the user's PyTorch keys become ours, without the backend key", show(r))
+    r, got = streams_env({'PYTORCH_CUDA_ALLOC_CONF': 'garbage_collection_threshold:0.8',
+                          'CCI_ALLOC_CONF': 'compact_segments:True'})
+    check(got.get('CCI_ALLOC_CONF') == 'compact_segments:True', '--torch-streams keeps CCI_ALLOC_CONF', show(r))
+    r, got = streams_env({'PYTORCH_NO_CUDA_MEMORY_CACHING': '1'}, '-c', 'roundup_power2_divisions:4')
+    check(got.get('CCI_ALLOC_CONF') == 'roundup_power2_divisions:4' and 'PYTORCH_NO_CUDA_MEMORY_CACHING' not in got
+          and len(r.stderr.splitlines()) == 1 and 'PYTORCH_NO_CUDA_MEMORY_CACHING' in r.stderr,
+          '--torch-streams: --conf wins, and PyTorch\'s no-caching switch is unset with one line', show(r))
+    r = run([launcher, '--torch-streams', '--', probe, 'active'], env=env)
+    check(r.returncode == 0, '--torch-streams: a program without PyTorch is served as before', show(r))
 
     r = run([launcher, '--disable', '--', probe, 'inactive'], env=env)
     check(r.returncode == 0, '--disable: loaded, yet the API says not active', show(r))
