@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // PyTorch's pluggable allocator, served by the preload: a program that can change one line
 // installs these two functions with torch.cuda.memory.CUDAPluggableAllocator(<this library>,
-// "cci_torch_alloc", "cci_torch_free") (docs/reuse-modes.md, "Stream knowledge from PyTorch").
+// "cci_torch_alloc", "cci_torch_free") (docs/torch-streams.md).
 //
 // Why: through cudaMalloc/cudaFree the preload never learns which stream used a block, so every
 // free is fenced against all streams (docs/reuse-modes.md). PyTorch passes the stream on every

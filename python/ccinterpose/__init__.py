@@ -176,7 +176,7 @@ def loaded_library():
 def use_as_torch_allocator():
     """Makes PyTorch allocate through the preload's pluggable-allocator entry points, which get
     the stream of every allocation and free: frees are then stream-ordered, not fenced against
-    every stream (docs/reuse-modes.md, "Stream knowledge from PyTorch"). Call it before PyTorch's
+    every stream (docs/torch-streams.md). Call it before PyTorch's
     first CUDA allocation, in a process under the preload, without
     PYTORCH_NO_CUDA_MEMORY_CACHING. Tensor.record_stream reaches no pluggable allocator: code
     relying on it should keep the default. Returns False (and changes nothing) when the preload

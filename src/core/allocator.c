@@ -572,10 +572,14 @@ static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr
     cci__tc_disown(b);
     count_free(a, b);
     // The mode this free really takes, told to the observers (traces replay it the same way).
-    cci_free_mode how = mode == CCI_FREE_NOW && stream == b->stream ? CCI_FREE_NOW
-                        : mode == CCI_FREE_FENCED && a->fences   ? CCI_FREE_FENCED
-                        : mode == CCI_FREE_HELD                  ? CCI_FREE_HELD
-                                                                 : CCI_FREE_DEFERRED;
+    // A stream-ordered free on another stream than the block's (PyTorch's stream-ordered backend
+    // frees a tensor used on side streams on a stream of its own, after waiting for them) is done
+    // once that stream reaches the free: a fence for all streams recorded after it covers that,
+    // so it is fenced, not deferred to the next device synchronisation.
+    cci_free_mode how = mode == CCI_FREE_NOW && stream == b->stream                     ? CCI_FREE_NOW
+                        : (mode == CCI_FREE_FENCED || mode == CCI_FREE_NOW) && a->fences ? CCI_FREE_FENCED
+                        : mode == CCI_FREE_HELD                                          ? CCI_FREE_HELD
+                                                                                         : CCI_FREE_DEFERRED;
     notify(a, CCI_EV_FREE_REQUESTED, stream, b->addr, b->size, how);
     if (how == CCI_FREE_NOW) {
         cci__complete_block(a, b);  // freed on its own stream: reusable at once

@@ -366,6 +366,25 @@ static void test_pair_loop_fences(void)
           "fit harvested", (unsigned long long)large);
 }
 
+// A stream-ordered free on another stream than the block's (PyTorch's stream-ordered backend frees
+// a tensor used on side streams on a stream of its own): fenced, so the block returns once a fence
+// recorded after the free has passed, with no device synchronisation and no growth.
+static void test_cross_stream_free(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 0);
+    uintptr_t p = must_alloc(&f, BIG, 1);
+    uint64_t segs = stats(&f)->num_device_alloc;
+    CHECK(cci_free(f.a, p, 2, CCI_FREE_NOW) == CCI_OK, "freed on stream 2");
+    CHECK_EQ_U(block_state(&f, p), 2, "not reusable at once");
+    CHECK(must_alloc(&f, BIG, 1) == p, "reused on its own stream after the fence");
+    CHECK_EQ_U(stats(&f)->num_fence_records, 1, "one fence");
+    CHECK_EQ_U(f.st.num_device_alloc, segs, "the pool did not grow");
+    CHECK_EQ_U(f.st.num_sync_all_streams, 0, "no device synchronisation");
+    CHECK(cci_free(f.a, p, 1, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
 static void test_oom_ladder(void)
 {
     fixture f;
@@ -430,6 +449,7 @@ int main(void)
     test_poor_fit_spare();
     test_near_fit();
     test_pair_loop_fences();
+    test_cross_stream_free();
     test_oom_ladder();
     test_without_fences();
     return t_finish();
