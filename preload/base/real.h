@@ -233,6 +233,11 @@ typedef struct CUevent_st *CUevent;
       (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s)) \
     X(cuMemAllocFromPoolAsync_ptsz, OPTIONAL,                                                \
       (CUdeviceptr * dptr, size_t size, CUmemoryPool pool, CUstream s), (dptr, size, pool, s)) \
+    X(cuMemPoolGetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
+      (pool, attr, value))                                                                   \
+    X(cuMemPoolSetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
+      (pool, attr, value))                                                                   \
+    X(cuMemPoolTrimTo, OPTIONAL, (CUmemoryPool pool, size_t keep), (pool, keep))             \
     CCI_REAL_DRIVER_WRAPPED_HOST(X)
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
@@ -257,8 +262,6 @@ typedef struct CUevent_st *CUevent;
     X(cuStreamGetCtx, OPTIONAL, (CUstream s, CUcontext * ctx), (s, ctx))                     \
     CCI_REAL_DRIVER_CALLED_FENCES(X)                                                         \
     X(cuDeviceGetDefaultMemPool, OPTIONAL, (CUmemoryPool * pool, CUdevice dev), (pool, dev)) \
-    X(cuMemPoolGetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
-      (pool, attr, value))                                                                   \
     X(cuPointerGetAttribute, OPTIONAL, (void *data, int attr, CUdeviceptr ptr), (data, attr, ptr)) \
     CCI_REAL_DRIVER_CALLED_HOST(X)
 

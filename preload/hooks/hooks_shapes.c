@@ -46,3 +46,20 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
 {
     return cci_pl_cu_mem_alloc_from_pool_async(dptr, bytesize, pool, hStream, 1);
 }
+
+// The default pool's figures, peaks and trimming (every cudart reaches these through our
+// cuGetProcAddress, so cudaMemPool* calls arrive here too).
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value)
+{
+    return cci_pl_cu_mem_pool_get_attribute(pool, attr, value);
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value)
+{
+    return cci_pl_cu_mem_pool_set_attribute(pool, attr, value);
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    return cci_pl_cu_mem_pool_trim_to(pool, minBytesToKeep);
+}

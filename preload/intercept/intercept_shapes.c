@@ -144,3 +144,39 @@ CUresult cci_pl_cu_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size, CUm
         cci_serve_passed_pool(pointer_device((uintptr_t)*dptr, device), (uintptr_t)*dptr, size, pool);
     return rc;
 }
+
+// cci_pl_cu_mem_pool_*: CUDA answers first (its own share of the pool: what reached it before the
+// preload served, or while it passed through); the serve layer adds ours where the pool is a
+// device's default one and that device has our allocator.
+CUresult cci_pl_cu_mem_pool_get_attribute(CUmemoryPool pool, int attr, void *value)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    if (!drv->cuMemPoolGetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = drv->cuMemPoolGetAttribute(pool, attr, value);
+    if (rc == CUDA_SUCCESS && !cci_pl_forwarding())
+        cci_serve_default_pool_add(pool, attr, value);
+    return rc;
+}
+
+CUresult cci_pl_cu_mem_pool_set_attribute(CUmemoryPool pool, int attr, void *value)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    if (!drv->cuMemPoolSetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = drv->cuMemPoolSetAttribute(pool, attr, value);
+    if (rc == CUDA_SUCCESS && !cci_pl_forwarding())
+        cci_serve_default_pool_set(pool, attr);
+    return rc;
+}
+
+CUresult cci_pl_cu_mem_pool_trim_to(CUmemoryPool pool, size_t keep)
+{
+    const cci_real_driver *drv = cci_real_drv();
+    if (!drv->cuMemPoolTrimTo)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = drv->cuMemPoolTrimTo(pool, keep);
+    if (rc == CUDA_SUCCESS && !cci_pl_forwarding())
+        cci_serve_default_pool_trim(pool, keep);
+    return rc;
+}

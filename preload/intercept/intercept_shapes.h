@@ -18,6 +18,13 @@ CUresult cci_pl_cu_mem_alloc_managed(CUdeviceptr *dptr, size_t size, unsigned fl
 /// Allocations from a memory pool: the device's default pool is served like cudaMallocAsync,
 /// any other pool's are CUDA's and counted.
 cudaError_t cci_pl_malloc_from_pool_async(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+/// The device's default pool as CUDA describes it, with what we serve in its place: its reserved
+/// and used figures and their peaks include ours, a reset of a peak resets ours, and trimming it
+/// to nothing empties our cache (PyTorch's stream-ordered backend: memory_stats, reset_peak_
+/// memory_stats, empty_cache). Other pools, and every other attribute, are CUDA's alone.
+CUresult cci_pl_cu_mem_pool_get_attribute(CUmemoryPool pool, int attr, void *value);
+CUresult cci_pl_cu_mem_pool_set_attribute(CUmemoryPool pool, int attr, void *value);
+CUresult cci_pl_cu_mem_pool_trim_to(CUmemoryPool pool, size_t keep);
 CUresult cci_pl_cu_mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
                                              int ptsz);
 

@@ -21,6 +21,13 @@ void cci_serve_passed_managed(int device, uintptr_t addr, size_t bytes);
 /// device's default pool. Any other pool's allocations are CUDA's (the program chose that pool
 /// for its own properties: limits, sharing, access) and only counted.
 int cci_serve_pool_is_default(int device, void *pool);
+/// The default pool's figures with ours (intercept_shapes.h): where `pool` is the default pool of
+/// a device we serve, adds our figure for `attr` (reserved or used bytes, current or peak) to
+/// *value (CUDA's own, a cuuint64_t); resets our peaks after CUDA reset one of the pool's high
+/// marks; empties our cache after CUDA trimmed the pool to `keep` 0. Anything else: no change.
+void cci_serve_default_pool_add(void *pool, int attr, void *value);
+void cci_serve_default_pool_set(void *pool, int attr);
+void cci_serve_default_pool_trim(void *pool, size_t keep);
 /// An allocation CUDA made from another pool, counted on `device` (-1: not counted).
 void cci_serve_passed_pool(int device, uintptr_t addr, size_t bytes, void *pool);
 /// CUDA's own free of `addr` succeeded (a pointer not ours): managed memory's counts follow it.

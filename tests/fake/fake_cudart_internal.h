@@ -70,6 +70,8 @@
     X(cuMemPoolCreate)             \
     X(cuMemPoolDestroy)            \
     X(cuMemPoolGetAttribute)       \
+    X(cuMemPoolSetAttribute)       \
+    X(cuMemPoolTrimTo)             \
     X(cuMemAllocFromPoolAsync)     \
     X(cuMemHostAlloc)              \
     X(cuMemFreeHost)               \

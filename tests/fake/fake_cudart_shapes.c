@@ -56,6 +56,18 @@ RT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPo
     return e ? fcrt_ret(e) : fcrt_ret_drv(D.cuMemPoolGetAttribute(memPool, (CUmemPool_attribute)attr, value));
 }
 
+RT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t e = fcrt_enter(NULL);
+    return e ? fcrt_ret(e) : fcrt_ret_drv(D.cuMemPoolSetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+RT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    cudaError_t e = fcrt_enter(NULL);
+    return e ? fcrt_ret(e) : fcrt_ret_drv(D.cuMemPoolTrimTo(memPool, minBytesToKeep));
+}
+
 RT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
     if (!ptr)

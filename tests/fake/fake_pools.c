@@ -114,6 +114,54 @@ FC_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute att
     return r;
 }
 
+// The two high-water marks may only be reset (to 0, which makes them the current figure), as in
+// CUDA; the reuse flags and the release threshold are accepted.
+FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    ENTER();
+    if (!pool || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    CUresult r = CUDA_SUCCESS;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            pool->reserved_high = pool->reserved;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            pool->used_high = pool->used;
+        break;
+    default: r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+// A pool keeps what it reserved (the release threshold is infinite); trimming gives back what is
+// neither in use nor asked to be kept, in POOL_STEP units.
+FC_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    ENTER();
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    size_t keep = pool->used > minBytesToKeep ? pool->used : minBytesToKeep;
+    keep = (keep + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+    if (pool->reserved > keep)
+        pool->reserved = keep;
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+
 static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, int per_thread)
 {
     ENTER();

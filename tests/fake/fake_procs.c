@@ -47,6 +47,8 @@ static const struct proc_entry k_procs[] = {
     P("cuMemPoolCreate", 11020, cuMemPoolCreate),
     P("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
     P("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    P("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+    P("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
     PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
     PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),

@@ -5,7 +5,8 @@
 // the program made they are CUDA's: every one reaches the device, is counted (pool_allocations,
 // pool_bytes) and the pool's own figures are reported (pool_used_*, pool_reserved_*). Frees
 // through cudaFreeAsync / cuMemFreeAsync reach CUDA's own free. Run as "served" under the
-// preload, "native" without it: the same calls, the same contents and codes.
+// preload, "native" without it: the same calls, the same contents and codes. The default pool's
+// figures include what we serve in its place (PyTorch's stream-ordered backend reads them).
 #include "fake_cuda_driver.h"
 #include "ptest.h"
 
@@ -84,6 +85,36 @@ int main(int argc, char **argv)
               "after the frees: %lld live, peak %lld bytes, the pool's high %llu", (long long)c.pool_allocations.current,
               (long long)c.pool_bytes.peak, (unsigned long long)c.pool_used_high);
     }
+    // The default pool as PyTorch's stream-ordered backend reads it: what we serve in its place
+    // shows in its figures, a reset of its high mark resets ours, trimming it empties our cache.
+    void *b[3];
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaMallocAsync(&b[i], 4u << 20, s));
+    uint64_t d_used = 0, d_reserved = 0, d_high = 0, zero = 0;
+    CUDA_OK(cudaMemPoolGetAttribute(dflt, cudaMemPoolAttrUsedMemCurrent, &d_used));
+    CUDA_OK(cudaMemPoolGetAttribute(dflt, cudaMemPoolAttrReservedMemCurrent, &d_reserved));
+    CHECK(d_used >= (12u << 20) && d_reserved >= d_used, "default pool with 12 MiB live: used %llu, reserved %llu",
+          (unsigned long long)d_used, (unsigned long long)d_reserved);
+    for (int i = 0; i < 3; i++)
+        CUDA_OK(cudaFreeAsync(b[i], s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemPoolSetAttribute(dflt, cudaMemPoolAttrUsedMemHigh, &zero));
+    CUDA_OK(cudaMemPoolGetAttribute(dflt, cudaMemPoolAttrUsedMemHigh, &d_high));
+    CUDA_OK(cudaMemPoolGetAttribute(dflt, cudaMemPoolAttrUsedMemCurrent, &d_used));
+    CHECK(d_high == d_used && d_used < (12u << 20), "after the frees and a reset, the high mark is the current %llu "
+          "(read %llu)", (unsigned long long)d_used, (unsigned long long)d_high);
+    CUDA_OK(cudaMemPoolTrimTo(dflt, 0));
+    uint64_t trimmed = 0;
+    CUDA_OK(cudaMemPoolGetAttribute(dflt, cudaMemPoolAttrReservedMemCurrent, &trimmed));
+    CHECK(trimmed < d_reserved, "trimmed to nothing: reserved %llu, was %llu", (unsigned long long)trimmed,
+          (unsigned long long)d_reserved);
+    if (served) {
+        ptest_api api = ptest_get_api();
+        cci_stats c = ptest_stats(&api, 0);
+        CHECK(c.reserved_bytes[CCI_POOL_ALL].current == 0, "our cache was emptied (%lld bytes left)",
+              (long long)c.reserved_bytes[CCI_POOL_ALL].current);
+    }
+
     // CUDA's own answers for bad arguments.
     void *p = NULL;
     CHECK(cudaMallocFromPoolAsync(NULL, 64, own, s) == cudaErrorInvalidValue, "no pointer (runtime)");
