@@ -126,8 +126,9 @@ def jax_train(steps):
 
     batch = jax.jit(batch, static_argnums=2)
 
-    on_gpu = getattr(jax, "default_device", None)   # the GPU is the default device anyway
-    with on_gpu(dev) if on_gpu else contextlib.nullcontext():
+    # (The GPU is JAX's default device whenever one is found; jax.default_device is a config
+    # state, not a function, in newer releases.)
+    with contextlib.nullcontext():
         key = new_key(0)
         params = []
         for i, (a, b) in enumerate(zip(JAX_DIMS[:-1], JAX_DIMS[1:])):
@@ -212,6 +213,10 @@ def numba_loop(steps):
         import numpy as np
         from numba import cuda
     except ImportError as e:
+        raise missing("numba.cuda", e) from None
+    except AttributeError as e:
+        # A numba-cuda older than the installed NumPy fails inside its own import (NumPy 2 removed
+        # names it registers, such as numpy.row_stack): not importable, as for a missing package.
         raise missing("numba.cuda", e) from None
     if not cuda.is_available():
         raise RuntimeError("numba.cuda is installed but finds no usable GPU (cuda.is_available() is False)")

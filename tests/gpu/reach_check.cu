@@ -104,8 +104,8 @@ static int results(void)
     cudaStreamSynchronize(s);
     cudaMemPoolGetAttribute(own, cudaMemPoolAttrUsedMemCurrent, &used);
     printf("own pool used after the frees: %llu\n", used);
-    CUdeviceptr d;
-    printf("cuMemAllocFromPoolAsync(NULL pool): rc %d\n", (int)cuMemAllocFromPoolAsync(&d, 64, NULL, (CUstream)s));
+    CUdeviceptr none;
+    printf("cuMemAllocFromPoolAsync(NULL pool): rc %d\n", (int)cuMemAllocFromPoolAsync(&none, 64, NULL, (CUstream)s));
     cudaMemPoolDestroy(own);
     cudaStreamDestroy(s);
     printf("checksum %llx\n", sum);
