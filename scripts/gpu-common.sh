@@ -132,19 +132,22 @@ cci_build_preload() {
 
 # cci_nvcc NAME SOURCE [extra include dirs...]: NAME.shared (-cudart shared, what the preload
 # intercepts today) and NAME.static (nvcc's default static cudart, reached only by driver-level
-# hooks) under $CCI_BIN.
+# hooks) under $CCI_BIN. NVCC_LIBS: more libraries to link (-lcuda for a program that calls the
+# driver API itself).
 cci_nvcc() {
     local name=$1 src=$2
     shift 2
     # Finds nvcc itself when the caller has not (nvcc is often not on PATH on GPU hosts).
     [[ -n ${CCI_CUDA_LIB:-} ]] || cci_find_nvcc || return 1
     local inc=(-Iinclude -Iexamples)
-    local d
+    local d libs
     for d in "$@"; do inc+=("-I$d"); done
+    read -r -a libs <<<"${NVCC_LIBS:-}"
     mkdir -p "$CCI_BIN"
     cci_run 120 "$CCI_GPU_OUT/nvcc-$name.shared.log" "$NVCC" -O2 -cudart shared "${inc[@]}" "$src" -o "$CCI_BIN/$name.shared" \
-        -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -ldl || return 1
-    cci_run 120 "$CCI_GPU_OUT/nvcc-$name.static.log" "$NVCC" -O2 "${inc[@]}" "$src" -o "$CCI_BIN/$name.static" -ldl || return 1
+        -Xlinker -rpath -Xlinker "$CCI_CUDA_LIB" -ldl ${libs[@]+"${libs[@]}"} || return 1
+    cci_run 120 "$CCI_GPU_OUT/nvcc-$name.static.log" "$NVCC" -O2 "${inc[@]}" "$src" -o "$CCI_BIN/$name.static" -ldl \
+        ${libs[@]+"${libs[@]}"} || return 1
 }
 
 cci_gpu_banner() {

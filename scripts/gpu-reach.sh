@@ -29,7 +29,7 @@ if cci_run 60 "$OUT/pitch_probe.build.log" "${CC:-cc}" -O1 tests/gpu/pitch_probe
     cci_run 60 "$OUT/pitch_probe.txt" "$CCI_BIN/pitch_probe" || status=1
     cci_say "driver: $(head -n 1 "$OUT/pitch_probe.txt")"
 fi
-cci_nvcc reach_check tests/gpu/reach_check.cu || exit 1
+NVCC_LIBS=-lcuda cci_nvcc reach_check tests/gpu/reach_check.cu || exit 1
 for kind in shared static; do
     bin=$CCI_BIN/reach_check.$kind
     cci_run 60 "$OUT/results.$kind.native.txt" "$bin" results || status=1
