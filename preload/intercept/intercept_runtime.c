@@ -118,6 +118,11 @@ static inline int current_device(void)
     return current_device_asked();
 }
 
+int cci_pl_runtime_current_device(void)
+{
+    return current_device();
+}
+
 void cci_pl_runtime_atfork_child(void)
 {
     atomic_store(&one_device_known, 0);

@@ -11,6 +11,9 @@
 cudaError_t cci_pl_malloc(void **p, size_t size);
 /// The device whose pool an allocation on `s` draws from (as cudaMallocAsync finds it), or -1.
 int cci_pl_runtime_stream_device(cudaStream_t s);
+/// The runtime's current device as cudaMalloc finds it (no cudart call on a machine with one
+/// device, the context's device otherwise); -1 when it cannot be told.
+int cci_pl_runtime_current_device(void);
 cudaError_t cci_pl_free(void *p);
 cudaError_t cci_pl_malloc_async(void **p, size_t size, cudaStream_t s);
 cudaError_t cci_pl_malloc_async_ptsz(void **p, size_t size, cudaStream_t s);

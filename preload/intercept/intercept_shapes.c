@@ -18,7 +18,7 @@ static cudaError_t runtime_pitched(void **p, size_t *pitch, size_t width, size_t
 {
     int device;
     size_t bytes, pt = 0;
-    if (!p || !pitch || !cci_pl_serving(CCI_LEVEL_RUNTIME) || cci_real_rt()->cudaGetDevice(&device) != cudaSuccess ||
+    if (!p || !pitch || !cci_pl_serving(CCI_LEVEL_RUNTIME) || (device = cci_pl_runtime_current_device()) < 0 ||
         (bytes = cci_serve_pitched_bytes(device, width, rows, &pt)) == 0)
         return (cudaError_t)-1;
     cudaError_t rc = cci_pl_malloc(p, bytes);
