@@ -156,6 +156,20 @@ def jax_train(steps):
             "device": str(dev), "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
+def timed_sum(one, warm, steps, synchronize):
+    """Runs one(i) for i < warm untimed, then for i < steps timed with the device synchronised at
+    both ends; returns (seconds, the sum of the timed calls' results)."""
+    for i in range(warm):
+        one(i)
+    synchronize()
+    t0 = time.perf_counter()
+    total = 0.0
+    for i in range(steps):
+        total += one(i)
+    synchronize()
+    return time.perf_counter() - t0, total
+
+
 def cupy_loop(steps):
     try:
         import cupy
@@ -177,15 +191,8 @@ def cupy_loop(steps):
         c = b @ a
         return float(c.sum())
 
-    for i in range(len(CUPY_SIZES)):    # cuFFT plans and cuBLAS's handle for every size
-        one(i)
-    dev.synchronize()
-    t0 = time.perf_counter()
-    total = 0.0
-    for i in range(steps):
-        total += one(i)
-    dev.synchronize()
-    seconds = time.perf_counter() - t0
+    # (Warm-up: cuFFT plans and cuBLAS's handle for every size.)
+    seconds, total = timed_sum(one, len(CUPY_SIZES), steps, dev.synchronize)
     return {"seconds": seconds, "result_sum": total, "steps": steps, "cupy_pool": not pool_off,
             "cupy_version": getattr(cupy, "__version__", None)}
 
@@ -236,15 +243,7 @@ def numba_loop(steps):
         del d, t                        # dropped: numba frees them in its next batch of frees
         return float(head.sum() + tail.sum())
 
-    for i in range(len(NUMBA_SIZES)):   # compiles the kernels
-        one(i)
-    cuda.synchronize()
-    t0 = time.perf_counter()
-    total = 0.0
-    for i in range(steps):
-        total += one(i)
-    cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds, total = timed_sum(one, len(NUMBA_SIZES), steps, cuda.synchronize)  # (warm-up: compiles)
     return {"seconds": seconds, "result_sum": total, "steps": steps}
 
 

@@ -123,24 +123,15 @@ FC_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute att
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     CUresult r = CUDA_SUCCESS;
-    switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) {
         if (*(cuuint64_t *)value != 0)
             r = CUDA_ERROR_INVALID_VALUE;
-        else
+        else if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
             pool->reserved_high = pool->reserved;
-        break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        if (*(cuuint64_t *)value != 0)
-            r = CUDA_ERROR_INVALID_VALUE;
         else
             pool->used_high = pool->used;
-        break;
-    default: r = CUDA_ERROR_INVALID_VALUE;
+    } else if (attr < CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || attr > CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+        r = CUDA_ERROR_INVALID_VALUE;  // (the reuse flags and the release threshold are accepted)
     }
     pthread_mutex_unlock(&g_lock);
     return r;
