@@ -50,11 +50,11 @@ void cci_serve_passed_pool(int device, uintptr_t addr, size_t bytes, void *pool)
 // other pool.
 static cci_allocator *default_pool_allocator(void *pool)
 {
-    if (!pool || !cci_state_active())
+    if (!cci_state_active())
         return NULL;
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++) {
         cci_allocator *a = cci_state_allocator_peek(d);
-        if (a && cci_cuda_default_pool(d) == pool)
+        if (a && cci_serve_pool_is_default(d, pool))
             return a;
     }
     return NULL;
