@@ -359,8 +359,17 @@ static uint64_t head_stamp(const order_run *r) { return r->c->rec[r->pos].stamp;
 static void emit_fast(cci_trace *t, int device, const cci_fast_event *e)
 {
     uint64_t addr = (uint64_t)e->addr & ADDR_MASK;
-    if (e->requested != CCI_FAST_FREED) {
+    if (CCI_FAST_IS_ALLOC(e->requested)) {
         emit(t, device, addr | (uint64_t)CCI_EV_ALLOC << ADDR_BITS, e->requested, e->stream);
+        return;
+    }
+    if (e->requested == CCI_FAST_FENCED) {  // a thread's kept fenced free: request, completion later
+        emit(t, device, addr | (uint64_t)CCI_EV_FREE_REQUESTED << ADDR_BITS,
+             (e->size & SIZE_MASK) | (uint64_t)CCI_FREE_FENCED << MODE_SHIFT, e->stream);
+        return;
+    }
+    if (e->requested == CCI_FAST_COMPLETED) {
+        emit(t, device, addr | (uint64_t)CCI_EV_FREE_COMPLETED << ADDR_BITS, e->size & SIZE_MASK, e->stream);
         return;
     }
     emit(t, device, addr | (uint64_t)CCI_EV_FREE_REQUESTED << ADDR_BITS,

@@ -438,6 +438,8 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     }
     if (b && a->fenced_count && poor_fit_while_fenced(a, b->size, rounded))
         b = cci__better_fit_after_fences(a, b, rounded, small, stream);
+    if (!b && cci__tc_held_give_mine(a))  // the pool would grow: this thread's kept frees first
+        b = cci__take_free_block(a, rounded, small, stream);
     if (!b && a->fenced_count)
         b = cci__take_after_fences(a, rounded, small, stream);
     if (!b && pending_batch_full(a, rounded) && cci__sync_pending(a))
@@ -456,6 +458,7 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
         if (!b && rc == CCI_EOOM) {
             // Last resort, as a real cudaFree would: wait for the device, then give back every
             // whole cached segment. Another thread may have freed meanwhile: look again first.
+            cci__tc_drain_all(a);  // the threads' kept fenced frees too (tcache_fenced.c)
             int fenced = cci__fenced_drain(a);  // first: a failed wait hands its blocks to the sync
             if ((cci__sync_pending(a) | fenced) && (b = cci__take_free_block(a, rounded, small, stream)) != NULL)
                 new_segment = 0;
@@ -558,6 +561,44 @@ void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t spli
     merge_into_free_set(a, b);
 }
 
+// Undoes a decrease of `d` (< 0) that stat_add counted, peaks kept true.
+static inline void stat_undo_dec(cci_stat *s, int64_t d)
+{
+    stat_unadd(s, d);
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
+void cci__release_held_pending(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
+{
+    // A thread's fenced free counted the block inactive at once, as a magazine free does, and the
+    // merge it foresaw. A locked fenced free keeps a block active until its fence passes
+    // (free_block at completion): so both come out, and the block waits in the open batch as if
+    // freed on the locked path.
+    int pool = pool_index(b->small);
+    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
+    stat_unadd(&a->st.inactive_split[pool], split);
+    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
+    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
+    stat_undo_dec(&a->st.active[CCI_POOL_ALL], -1);
+    stat_undo_dec(&a->st.active[pool], -1);
+    stat_undo_dec(&a->st.active_bytes[CCI_POOL_ALL], -(int64_t)b->size);
+    stat_undo_dec(&a->st.active_bytes[pool], -(int64_t)b->size);
+    b->state = BLOCK_ALLOCATED;
+    b->pending_seq = 0;  // (held_split's slot: never a held ticket)
+    cci__fenced_free(a, b);
+}
+
+void cci__complete_held(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
+{
+    uintptr_t addr = b->addr;
+    size_t size = b->size;
+    uint64_t stream = b->stream;
+    b->state = BLOCK_ALLOCATED;
+    cci__release_cached(a, b, split, split_bytes);
+    notify(a, CCI_EV_FREE_COMPLETED, stream, addr, size, 0);
+}
+
 // The locked free (everything but the thread cache's hit); out of line as malloc_locked is.
 static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr, uint64_t stream,
                                                  cci_free_mode mode)
@@ -598,9 +639,13 @@ static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr
 
 int cci_free(cci_allocator *a, uintptr_t ptr, uint64_t stream, cci_free_mode mode)
 {
-    // A block reusable at once on its own stream may stay with this thread (tcache.h).
+    // A block reusable at once on its own stream may stay with this thread (tcache.h), and so
+    // may a small one behind the thread's own fence (tcache_fenced.c).
     if (mode == CCI_FREE_NOW && __atomic_load_n(&a->tc_fast, __ATOMIC_RELAXED) &&
         cci__tc_free(a, ptr, stream) == CCI_OK)
+        return CCI_OK;
+    if (mode == CCI_FREE_FENCED && a->fences && __atomic_load_n(&a->tc_fast, __ATOMIC_RELAXED) &&
+        cci__tc_free_fenced(a, ptr, stream) == CCI_OK)
         return CCI_OK;
     return free_locked(a, ptr, stream, mode);
 }

@@ -63,11 +63,18 @@ typedef void (*cci_observer_fn)(void *ud, const cci_event *ev);
 typedef struct cci_fast_event {
     uintptr_t addr;
     size_t size;       ///< the block size (rounded)
-    size_t requested;  ///< an allocation: what the program asked for; a free: CCI_FAST_FREED
+    size_t requested;  ///< an allocation: what the program asked for; else one of the three below
     uint64_t stream;
     uint64_t stamp;    ///< as cci_event.stamp
 } cci_fast_event;
-#define CCI_FAST_FREED SIZE_MAX
+#define CCI_FAST_FREED SIZE_MAX  ///< a free reusable at once: its request and completion
+/// A fenced free a thread keeps (its own fence, tcache_fenced.c): the request alone (mode
+/// CCI_FREE_FENCED), then, once the thread found its fence passed, CCI_FAST_COMPLETED (the stream
+/// the block's). Each stands for one event.
+#define CCI_FAST_FENCED (SIZE_MAX - 1)
+#define CCI_FAST_COMPLETED (SIZE_MAX - 2)
+/// Whether a fast record is an allocation (else one of the frees' records).
+#define CCI_FAST_IS_ALLOC(requested) ((requested) < CCI_FAST_COMPLETED)
 
 /// A batch: `n` fast-path records of one thread, oldest first, standing for `events` events, all
 /// of the odd `order`.

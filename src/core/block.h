@@ -45,8 +45,14 @@ typedef struct cci_block {
     struct cci_block *prev;   // address-order neighbours inside the segment
     struct cci_block *next;
     cci_segment *seg;
-    uint64_t gc_base;         // pool's free-search count when the block entered the free set
-    uint64_t pending_seq;     // deferred-free ticket
+    union {
+        uint64_t gc_base;     // FREE: pool's free-search count when the block entered the free set
+        int64_t held_split_bytes;  // CACHED in a thread's fenced batches (tcache_fenced.c): what
+    };                             // its free did to the inactive-split bytes (and to their count:)
+    union {
+        uint64_t pending_seq;  // PENDING: deferred-free ticket
+        int64_t held_split;
+    };
     struct cci_block *pend_next;
     struct cci_tc *owner;     // the thread cache that may free it without the lock (tcache.c)
 } cci_block;

@@ -67,7 +67,7 @@ static void swap_logs(cci_allocator *a)
 // lock holder while the cache is stopped: the only two that touch `spare`.
 void cci__tc_tell_batch(cci_allocator *a, cci_tc *tc, uint64_t order, tc_event **log, int n, int freed)
 {
-    cci_fast_batch b = {order, *log, (size_t)n, (size_t)n + (size_t)freed, tc->spare && n == LOG_EVENTS};
+    cci_fast_batch b = {order, *log, (size_t)n, (size_t)n + (size_t)freed, tc->spare && n >= LOG_KEEP_MIN};
     int kept = 0;
     for (int i = 0; i < a->nobs; i++)
         if (a->obs[i].batch && (a->obs[i].kinds & CCI_FAST_KINDS)) {
@@ -95,6 +95,12 @@ static void tell_one(cci_allocator *a, const tc_event *e, uint64_t order, int se
     if (e->requested == CCI_FAST_FREED) {
         ev.kind = second ? CCI_EV_FREE_COMPLETED : CCI_EV_FREE_REQUESTED;
         ev.requested = second ? 0 : CCI_FREE_NOW;
+    } else if (e->requested == CCI_FAST_FENCED) {
+        ev.kind = CCI_EV_FREE_REQUESTED;
+        ev.requested = CCI_FREE_FENCED;
+    } else if (e->requested == CCI_FAST_COMPLETED) {
+        ev.kind = CCI_EV_FREE_COMPLETED;
+        ev.requested = 0;
     }
     cci__tell(a, &ev, CCI_TELL_SERIAL);
 }
@@ -205,6 +211,8 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
     swap_logs(a);
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         fold_cache(a, tc);
+        a->st.num_fence_records += tc->held.records;  // fences of its kept frees (tcache_fenced.c)
+        tc->held.records = 0;
         // The batch doors hear of the fast paths' events now, before any event of this section
         // (which they are told at once: cci__notify_full), so that inside a locked section a batch
         // observer has seen every event before it (cci_batch_fn).

@@ -17,7 +17,9 @@
 //     current value and its peak (recomputed at every unlock). So no increase made without the
 //     lock can pass a peak; one that would takes the lock, which records it;
 //   - the safety rules do not move: only a block freed for reuse at once on its own stream enters
-//     a magazine, and it leaves it only for the same stream.
+//     a magazine, and it leaves it only for the same stream. A small block freed FENCED waits in
+//     the thread's own batches behind the thread's own fence (tcache_fenced.c), and serves the
+//     thread only once that fence has passed.
 #ifndef CCI_TCACHE_H
 #define CCI_TCACHE_H
 
@@ -37,12 +39,19 @@ void cci__lock_give(cci_allocator *a);
 /// event log is flushed (a stop that moves no block) and the fast path tried once more.
 int cci__tc_alloc(cci_allocator *a, size_t rounded, size_t requested, uint64_t stream, uintptr_t *out);
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream);
+/// A fenced free of a small block this thread may free (tcache_fenced.c): kept in the thread's
+/// own batches, reusable by its allocations once their fence has passed. CCI_OK or CCI_ENOTOURS.
+int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 /// Lock held: every magazine block goes back to the free set (merged with its free neighbours),
 /// so that the policy decides on the state it would have without the caches. Called where the
 /// policy searches or shows the free set: allocations on the locked path, empty_cache, reset,
 /// layouts and checks, a thread's exit. Other stops (frees, statistics, log flushes) leave the
 /// magazines alone: their blocks already count as freed.
 void cci__tc_drain_all(cci_allocator *a);
+/// Lock held: every block the calling thread keeps behind its own fences goes to the allocator
+/// (tcache_fenced.c), before the pool would grow: the policy then waits for or orders those fences
+/// as for its own. 1 when there were any.
+int cci__tc_held_give_mine(cci_allocator *a);
 /// Lock held: the calling thread's magazine blocks only. A locked allocation starts with these,
 /// and takes the other threads' blocks only when one of them fits the request better than the
 /// free set's best (cci__tc_fitting): draining every thread at every locked allocation made

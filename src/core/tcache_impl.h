@@ -23,6 +23,10 @@ enum { GATE_OPEN = 0, GATE_OWNER = 1, GATE_STOPPED = 2 };
 #define ALL_CLASSES ((1u << MAG_CLASSES) - 1)
 #define LOG_EVENTS 2048  // records kept for the observers between two stops (2 x 80 KiB a thread)
 #define TLS_SLOTS 8     // allocators (devices) one thread reaches through a fast path
+// A log this full may be kept whole by an observer (cci_fast_batch.may_keep): a full one, or one
+// that a kept fenced batch's completions did not fit into (tcache_fenced.c), whose unused tail is
+// at most HELD_BATCH + 1 records. Copying it instead had cost a fresh block each time.
+#define LOG_KEEP_MIN (LOG_EVENTS - HELD_BATCH - 1)
 
 // The statistics a fast path changes, grouped by how they move: a fast path changes the
 // allocation and active counts together, the allocated and active bytes together, and each pool's
@@ -71,6 +75,32 @@ typedef struct {
 _Static_assert(sizeof(mag_class) == 128 || sizeof(void *) != 8, "a magazine class is 128 bytes");
 
 typedef cci_fast_event tc_event;
+
+// Fenced frees a thread keeps (tcache_fenced.c): small blocks freed with CCI_FREE_FENCED wait in
+// the thread's own batches for their fence instead of in the allocator's, so that a thread's
+// malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread:
+#define HELD_BATCH 32                    // blocks behind one fence
+#define HELD_CLOSED 2                    // batches behind their fence at once
+#define HELD_MAX_BYTES ((size_t)8 << 20)  // bytes held at once: open, closed and passed
+#define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
+
+typedef struct {
+    cci_fence fence;
+    cci_block *head;                     // linked by pend_next
+} held_batch;
+
+typedef struct {
+    cci_block *open, *open_tail;         // freed, no fence yet (linked by pend_next)
+    unsigned nopen;
+    held_batch closed[HELD_CLOSED];      // behind their fences, oldest first (recorded in order
+    unsigned nclosed;                    // by this thread, for all streams: they pass in order)
+    cci_block *passed;                   // reusable on their own stream (linked by pend_next)
+    unsigned nheld;                      // blocks in all three
+    size_t bytes;                        // their bytes
+    uint64_t records;                    // fences recorded since the last stop (fold_cache)
+    int no_fence;                        // a record failed: no more fenced frees kept until a
+                                         // locked allocation hands the open ones over
+} tc_held;
 
 // The classes of a `filled` mask, lowest first: the order a scan of every class would take.
 #define FOR_EACH_CLASS(c, mask) \
@@ -122,6 +152,7 @@ struct cci_tc {
     unsigned aside;            // allocations left that go straight to the locked path
     unsigned window, window_hits;  // allocations asked of the fast path in this window, and served
     int no_credit;             // its credits are all 0 (set aside and alone: hand_out_credits)
+    tc_held held;              // fenced frees kept by the thread (tcache_fenced.c)
 };
 
 // The log empty (a new or swapped-in log, or one handed to the batch doors).
@@ -173,6 +204,17 @@ static inline cci_tc *my_cache(const cci_allocator *a)
 // a cache: cci__tc_alloc and cci__tc_free would have answered CCI_ENOTOURS to either, and the
 // owner's allocations count down its time aside in cci__tc_skipped instead.
 static inline void set_fast(cci_allocator *a, int on) { __atomic_store_n(&a->tc_fast, on, __ATOMIC_RELAXED); }
+
+// Fenced frees kept by the thread (tcache_fenced.c).
+/// Inside the gate, after a magazine miss: a passed block of `rounded` on `stream`. CCI_OK,
+/// MAG_MISS, CCI_ENOTOURS (the credits) or LOG_FULL (tcache_fast.h).
+int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requested, uint64_t stream,
+                       uintptr_t *out);
+/// Lock held: the passed blocks back to the free set, the closed batches whose fence has passed
+/// too; with `all` every block, the unpassed ones into the allocator's open batch.
+void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all);
+/// The allocator forgets every block: the kept batches go, their fences released.
+void cci__tc_held_forget(cci_allocator *a, cci_tc *tc);
 
 /// The observers with a batch door get `n` events of one thread at once (lock_protocol.c): at a
 /// stop, or from the owner's fast path when its log is full.

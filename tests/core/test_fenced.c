@@ -7,11 +7,13 @@
 // batch (and older ones) reusable at once; the OOM ladder still works; without fences FENCED acts
 // as DEFERRED. All with the fence budget off (fence_slack_mb:0): test_fence_slack.c shows where
 // it lets the pool grow instead of waiting.
+#include <pthread.h>
 #include <string.h>
 
 #include "alloc_checks.h"
 #include "allocator_impl.h"
 #include "fit_rules.h"
+#include "tcache_impl.h"
 
 typedef struct fixture {
     cci_sim_device *sim;
@@ -385,6 +387,145 @@ static void test_cross_stream_free(void)
     done(&f);
 }
 
+// ---- fenced frees a thread keeps (tcache_fenced.c) -----------------------------------------
+
+#define HELD_SIZE (16 * KiB)  // 64 of them fill half a small segment: the rest serves the misses
+
+static int among(const uintptr_t *p, int n, uintptr_t q)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] == q)
+            return 1;
+    return 0;
+}
+
+// The fast paths raise no statistic past its peak (tcache.h): a free that splits a segment once
+// more than ever before takes the locked path. So the loops below first free every other block of
+// a run, which raises the inactive-split peak, and then the rest.
+static void raise_split_peak(fixture *f, size_t size, int n)
+{
+    uintptr_t p[2 * HELD_BATCH];
+    for (int i = 0; i < n; i++)
+        p[i] = must_alloc(f, size, 0);
+    for (int odd = 0; odd < 2; odd++)
+        for (int i = odd; i < n; i += 2)
+            CHECK(cci_free(f->a, p[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+}
+
+// A thread's fenced frees of small blocks stay with it behind its own fence: a batch of
+// HELD_BATCH frees records one fence with no allocation to prompt it (the locked path records
+// none until a miss), none of its blocks comes back before that fence has passed, and all of them
+// serve the thread's allocations right after, with no wait and no growth.
+static void test_held_reuse_only_after_fence(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_allocator_thread_cache(f.a, 1);
+    raise_split_peak(&f, HELD_SIZE, 2 * HELD_BATCH);
+    f.requested = f.completed = 0;
+    uintptr_t p[HELD_BATCH], q[4];
+    for (int i = 0; i < HELD_BATCH; i++)
+        p[i] = must_alloc(&f, HELD_SIZE, 0);
+    for (int i = 0; i < HELD_BATCH; i++)
+        CHECK(cci_free(f.a, p[i], 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    CHECK_EQ_U(stats(&f)->num_fence_records, 1, "the thread's batch went behind one fence at once");
+    CHECK_EQ_U(f.requested, HELD_BATCH, "each free told as requested");
+    CHECK_EQ_U(f.completed, 0, "none completed before the fence");
+    CHECK_EQ_U(f.st.allocated_bytes[CCI_POOL_ALL].current, 0, "counted as freed");
+    for (int i = 0; i < 4; i++) {
+        q[i] = must_alloc(&f, HELD_SIZE, 0);
+        CHECK(!among(p, HELD_BATCH, q[i]), "a block behind the unpassed fence is not handed out");
+    }
+    CHECK_EQ_U(stats(&f)->num_fence_waits, 0, "no host wait for it either");
+    uint64_t segs = f.st.num_device_alloc;
+    cci_sim_complete(f.sim, CCI_STREAM_ALL);
+    uintptr_t r[HELD_BATCH];
+    for (int i = 0; i < HELD_BATCH; i++) {
+        r[i] = must_alloc(&f, HELD_SIZE, 0);
+        CHECK(among(p, HELD_BATCH, r[i]), "allocation %d reuses a block of the passed batch", i);
+    }
+    CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+    CHECK_EQ_U(f.st.num_fence_waits, 0, "and without a host wait");
+    CHECK_EQ_U(f.completed, HELD_BATCH, "every block told as completed");
+    for (int i = 0; i < HELD_BATCH; i++)
+        CHECK(cci_free(f.a, r[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    for (int i = 0; i < 4; i++)
+        CHECK(cci_free(f.a, q[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
+// What a thread keeps goes back whole at empty_cache: the unpassed blocks through the allocator's
+// own fences, counted once (active and allocated both back to 0), and the pool empties.
+static void test_held_empty_cache(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_allocator_thread_cache(f.a, 1);
+    raise_split_peak(&f, HELD_SIZE, 16);
+    f.requested = f.completed = 0;
+    uintptr_t p[5];
+    for (int i = 0; i < 5; i++)
+        p[i] = must_alloc(&f, HELD_SIZE, 0);
+    for (int i = 0; i < 5; i++)
+        CHECK(cci_free(f.a, p[i], 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    CHECK_EQ_U(stats(&f)->active[CCI_POOL_ALL].current, 0, "kept frees count as inactive, as cached ones");
+    cci_alloc_empty_cache(f.a);
+    const cci_stats *st = stats(&f);
+    CHECK_EQ_U(st->active[CCI_POOL_ALL].current, 0, "active: each block counted out once");
+    CHECK_EQ_U(st->active_bytes[CCI_POOL_ALL].current, 0, "active bytes too");
+    CHECK_EQ_U(st->allocated_bytes[CCI_POOL_ALL].current, 0, "allocated bytes too");
+    CHECK_EQ_U(st->reserved_bytes[CCI_POOL_ALL].current, 0, "the pool emptied");
+    CHECK_EQ_U(f.completed, 5, "every block told as completed");
+    done(&f);
+}
+
+typedef struct {
+    fixture *f;
+    int pairs;
+} held_worker;
+
+static void *held_pairs(void *arg)
+{
+    held_worker *w = arg;
+    for (int i = 0; i < w->pairs; i++) {
+        uintptr_t p = t_must_alloc(w->f->a, 64 * KiB, 0);
+        if (cci_free(w->f->a, p, 0, CCI_FREE_FENCED) != CCI_OK)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+// Threads' fenced loops run on their own batches: a fence per HELD_BATCH frees or so, exact
+// figures and a consistent pool afterwards, and every request completed once the cache is emptied.
+static void test_held_threads(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 0);
+    cci_allocator_thread_cache(f.a, 1);
+    enum { THREADS = 4, PAIRS = 4000 };
+    pthread_t t[THREADS];
+    held_worker w = {&f, PAIRS};
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, held_pairs, &w);
+    int bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        bad |= r != NULL;
+    }
+    CHECK(!bad, "every fenced free accepted");
+    uint64_t records = stats(&f)->num_fence_records;
+    CHECK(records <= THREADS * PAIRS / 16, "%llu fences for %d pairs: about one a batch",
+          (unsigned long long)records, THREADS * PAIRS);
+    CHECK_EQ_U(f.st.allocated_bytes[CCI_POOL_ALL].current, 0, "nothing allocated");
+    CHECK_EQ_U(f.st.allocation[CCI_POOL_ALL].allocated, THREADS * PAIRS, "every allocation counted");
+    cci_alloc_empty_cache(f.a);
+    CHECK_EQ_U(f.requested, THREADS * PAIRS, "every free told");
+    CHECK_EQ_U(f.completed, THREADS * PAIRS, "and completed");
+    CHECK_EQ_U(stats(&f)->active[CCI_POOL_ALL].current, 0, "nothing active");
+    done(&f);
+}
+
 static void test_oom_ladder(void)
 {
     fixture f;
@@ -450,6 +591,9 @@ int main(void)
     test_near_fit();
     test_pair_loop_fences();
     test_cross_stream_free();
+    test_held_reuse_only_after_fence();
+    test_held_empty_cache();
+    test_held_threads();
     test_oom_ladder();
     test_without_fences();
     return t_finish();

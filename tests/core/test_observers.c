@@ -57,8 +57,16 @@ static int on_batch(void *ud, const cci_fast_batch *b)
     listener *l = ud;
     for (size_t i = 0; i < b->n; i++) {
         const cci_fast_event *e = &b->ev[i];
-        if (e->requested != CCI_FAST_FREED) {
+        if (CCI_FAST_IS_ALLOC(e->requested)) {
             keep(l, &l->fast, &l->nfast, (heard){CCI_EV_ALLOC, e->addr, e->size, e->requested, b->order});
+            continue;
+        }
+        if (e->requested == CCI_FAST_FENCED) {
+            keep(l, &l->fast, &l->nfast, (heard){CCI_EV_FREE_REQUESTED, e->addr, e->size, CCI_FREE_FENCED, b->order});
+            continue;
+        }
+        if (e->requested == CCI_FAST_COMPLETED) {
+            keep(l, &l->fast, &l->nfast, (heard){CCI_EV_FREE_COMPLETED, e->addr, e->size, 0, b->order});
             continue;
         }
         keep(l, &l->fast, &l->nfast, (heard){CCI_EV_FREE_REQUESTED, e->addr, e->size, CCI_FREE_NOW, b->order});

@@ -538,6 +538,12 @@ static int batch_door(void *ud, const cci_fast_batch *b)
             e.kind = CCI_EV_FREE_COMPLETED;
             e.requested = 0;
             events++;
+        } else if (ev[i].requested == CCI_FAST_FENCED) {
+            e.kind = CCI_EV_FREE_REQUESTED;
+            e.requested = CCI_FREE_FENCED;
+        } else if (ev[i].requested == CCI_FAST_COMPLETED) {
+            e.kind = CCI_EV_FREE_COMPLETED;
+            e.requested = 0;
         } else if (ev[i].requested > ev[i].size) {
             got.bad_batch = 1;
         }

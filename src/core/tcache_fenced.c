@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: MIT
+// Fenced frees a thread keeps: its own small batches behind its own fences.
+//
+// With a non-blocking stream alive, a cudaFree'd block may still be read by any stream, so it is
+// freed FENCED: reusable once a fence recorded after the free has passed (fenced.c). On the
+// locked path every such free and every allocation after it took the allocator's lock, and a
+// thread-per-stream server made of it a queue: on the H200 (2026-11-28) eight threads together
+// ran no faster than one. Here a thread keeps its own fenced frees of small blocks instead:
+//   - a free enters the thread's open batch, counted at once as a magazine free is (tcache.h's
+//     credits; the block is CACHED, free for the program, in no free set);
+//   - every HELD_BATCH frees the thread records one fence for all streams, without the lock
+//     (the backend's fence operations are safe from any thread), and the batch waits behind it;
+//   - an allocation its magazines miss asks the oldest batch's fence (its batches are recorded
+//     in order by one thread for every stream: they pass in order); once it has passed, the
+//     batch's blocks serve this thread's allocations of their size on their stream.
+// The rule is the locked path's, batch for batch: no block is handed out before a fence recorded
+// after its free has passed. What stays apart from the allocator is bounded (HELD_MAX_BYTES, small
+// blocks only) and goes back to it at stops: a locked allocation of the thread takes the passed
+// blocks into the free set; empty_cache, layouts, thread exit and the last resort before an OOM
+// take everything, the unpassed blocks into the allocator's open batch.
+//
+// Events: a kept free is logged as its request (CCI_FAST_FENCED), its completion when the
+// thread finds its fence passed (CCI_FAST_COMPLETED), or at the stop that completes it.
+#include "tcache_fast.h"
+
+#include <stddef.h>
+
+// A fence passed: ordered by a later order (backend.h, orders), or asked in passing.
+// 1 passed, 0 not yet (or put off), < 0 the device cannot vouch for it.
+static int fence_passed(const cci_allocator *a, cci_fence f)
+{
+    const cci_backend_fence_ops *ops = a->fences;
+    if (ops->orders && ops->orders(a->be.ctx, a->device, f) == 1)
+        return 1;
+    int q = (ops->poll ? ops->poll : ops->query)(a->be.ctx, a->device, f);
+    return q == CCI_FENCE_PUT_OFF ? 0 : q;
+}
+
+// The open batch behind a fence, if a closed slot is free. A failed record keeps it open and
+// stops further kept frees until a stop hands it to the allocator (which defers what it cannot
+// fence).
+static void close_open(cci_allocator *a, tc_held *h)
+{
+    if (!h->open || h->nclosed == HELD_CLOSED || h->no_fence)
+        return;
+    cci_fence f;
+    if (a->fences->record(a->be.ctx, a->device, CCI_STREAM_ALL, &f) != CCI_OK) {
+        h->no_fence = 1;
+        return;
+    }
+    h->records++;
+    h->closed[h->nclosed++] = (held_batch){f, h->open};
+    h->open = h->open_tail = NULL;
+    h->nopen = 0;
+}
+
+static void drop_oldest(tc_held *h)
+{
+    for (unsigned i = 1; i < h->nclosed; i++)
+        h->closed[i - 1] = h->closed[i];
+    h->nclosed--;
+}
+
+static unsigned list_length(const cci_block *b)
+{
+    unsigned n = 0;
+    for (; b; b = b->pend_next)
+        n++;
+    return n;
+}
+
+// Inside the gate: the oldest batch, if its fence has passed, joins the passed blocks, its
+// completions logged. CCI_OK when it did, MAG_MISS when it has not passed, LOG_FULL.
+static int advance(cci_allocator *a, cci_tc *tc)
+{
+    tc_held *h = &tc->held;
+    held_batch *old = &h->closed[0];
+    // Room for the completions and for the allocation's own record after them.
+    if (a->nobs && tc->log_at + list_length(old->head) + 1 > tc->log_end)
+        return LOG_FULL;
+    int p = fence_passed(a, old->fence);
+    if (p <= 0) {
+        if (p < 0)
+            h->no_fence = 1;  // the stop hands the batch to the allocator, which defers it
+        return MAG_MISS;
+    }
+    a->fences->release(a->be.ctx, a->device, old->fence);
+    cci_block *last = NULL;
+    for (cci_block *b = old->head; b; b = b->pend_next) {
+        if (a->nobs)
+            log_record(tc, b->addr, b->size, CCI_FAST_COMPLETED, b->stream);
+        last = b;
+    }
+    last->pend_next = h->passed;
+    h->passed = old->head;
+    drop_oldest(h);
+    close_open(a, h);  // a full open batch waited for this slot
+    return CCI_OK;
+}
+
+// A passed block of `rounded` bytes on `stream` among the first HELD_SCAN, unlinked, or NULL.
+static cci_block *take_passed(tc_held *h, size_t rounded, uint64_t stream)
+{
+    cci_block **at = &h->passed;
+    for (int i = 0; *at && i < HELD_SCAN; i++, at = &(*at)->pend_next) {
+        cci_block *b = *at;
+        if (b->size == rounded && b->stream == stream) {
+            *at = b->pend_next;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requested, uint64_t stream,
+                       uintptr_t *out)
+{
+    tc_held *h = &tc->held;
+    if (!log_has_room(a, tc))
+        return LOG_FULL;
+    cci_block *b = take_passed(h, rounded, stream);
+    while (!b && h->nclosed) {
+        int rc = advance(a, tc);
+        if (rc != CCI_OK)
+            return rc;
+        b = take_passed(h, rounded, stream);
+    }
+    if (!b)
+        return MAG_MISS;
+    delta v = {.pool = block_pool(b),
+               .grow = {{1, (int64_t)b->size}, {(int64_t)requested, (int64_t)is_oversize(a, b->size)}},
+               .split = {b->held_split, b->held_split_bytes}};
+    credits after;
+    if (!covered(tc, &v, ALLOCATING, &after)) {
+        b->pend_next = h->passed;  // the locked path serves it, from the free set once drained
+        h->passed = b;
+        return CCI_ENOTOURS;
+    }
+    spend(tc, &v, ALLOCATING, &after);
+    h->nheld--;
+    h->bytes -= b->size;
+    __atomic_store_n(&b->state, BLOCK_ALLOCATED, __ATOMIC_RELAXED);  // neighbours read it
+    b->requested = requested;
+    tc->recent = b;
+    tc->dirty = 1;
+    if (a->nobs)
+        log_record(tc, b->addr, b->size, requested, stream);
+    *out = b->addr;
+    return CCI_OK;
+}
+
+// Inside the gate: b, this thread's, into the open batch. CCI_OK, CCI_ENOTOURS or LOG_FULL.
+static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream)
+{
+    cci_block *b = tc->recent;
+    if (b->addr != ptr)
+        b = cci_live_find(&tc->table, ptr);
+    tc_held *h = &tc->held;
+    if (!b || b->state != BLOCK_ALLOCATED || !b->small || h->no_fence || h->nopen >= HELD_BATCH ||
+        h->bytes + b->size > HELD_MAX_BYTES)
+        return CCI_ENOTOURS;
+    if (!log_has_room(a, tc))
+        return LOG_FULL;
+    delta v;
+    credits after;
+    free_delta(a, b, split_on_free(b), &v);
+    if (!covered(tc, &v, FREEING, &after))
+        return CCI_ENOTOURS;
+    spend(tc, &v, FREEING, &after);
+    b->held_split = v.split[0];
+    b->held_split_bytes = v.split[1];
+    __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+    b->pend_next = NULL;
+    if (h->open_tail)
+        h->open_tail->pend_next = b;
+    else
+        h->open = b;
+    h->open_tail = b;
+    h->nopen++;
+    h->nheld++;
+    h->bytes += b->size;
+    tc->dirty = 1;
+    if (a->nobs)
+        log_record(tc, b->addr, b->size, CCI_FAST_FENCED, stream);
+    if (h->nopen >= HELD_BATCH)
+        close_open(a, h);
+    return CCI_OK;
+}
+
+static int try_free(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream)
+{
+    if (enter_solo(a, tc)) {
+        int rc = free_in_gate(a, tc, ptr, stream);
+        leave_inline(tc, 1);
+        return rc;
+    }
+    if (!enter(tc))
+        return CCI_ENOTOURS;
+    int rc = free_in_gate(a, tc, ptr, stream);
+    if (rc == LOG_FULL && log_to_batch(a, tc))
+        rc = free_in_gate(a, tc, ptr, stream);  // the same choice, with room now
+    leave(tc);
+    return rc;
+}
+
+int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream)
+{
+    cci_tc *tc = my_cache(a);
+    if (!tc || tc->aside)
+        return CCI_ENOTOURS;
+    int rc = try_free(a, tc, ptr, stream);
+    if (rc == LOG_FULL) {
+        cci_allocator_flush_events(a);  // a stop that moves no block
+        rc = try_free(a, tc, ptr, stream);
+    }
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
+// ---- the locked side ------------------------------------------------------------------------
+
+// Lock held: a list of held blocks leaves the thread, completed or into the open batch.
+static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int completed)
+{
+    tc_held *h = &tc->held;
+    for (cci_block *n; b; b = n) {
+        n = b->pend_next;
+        h->nheld--;
+        h->bytes -= b->size;
+        table_remove(tc, b);
+        if (completed)
+            cci__complete_held(a, b, (int)b->held_split, b->held_split_bytes);
+        else
+            cci__release_held_pending(a, b, (int)b->held_split, b->held_split_bytes);
+    }
+}
+
+void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
+{
+    tc_held *h = &tc->held;
+    cci_block *passed = h->passed;
+    h->passed = NULL;
+    // Told as completed when the thread found them passed: back to the free set, no event.
+    for (cci_block *b = passed, *n; b; b = n) {
+        n = b->pend_next;
+        h->nheld--;
+        h->bytes -= b->size;
+        table_remove(tc, b);
+        b->state = BLOCK_ALLOCATED;
+        cci__release_cached(a, b, (int)b->held_split, b->held_split_bytes);
+    }
+    // The closed batches, oldest first, while their fences have passed; all of them when `all`.
+    while (h->nclosed) {
+        int p = fence_passed(a, h->closed[0].fence);
+        if (p <= 0 && !all)
+            break;
+        a->fences->release(a->be.ctx, a->device, h->closed[0].fence);
+        cci_block *head = h->closed[0].head;
+        drop_oldest(h);
+        release_list(a, tc, head, p == 1);
+    }
+    // The open batch has no fence yet. A locked allocation of the thread leaves it (handing it
+    // over at each miss would take every batch apart before it filled); a full drain gives it to
+    // the allocator's open batch, which fences it with its own frees.
+    if (!all)
+        return;
+    cci_block *open = h->open;
+    h->open = h->open_tail = NULL;
+    h->nopen = 0;
+    release_list(a, tc, open, 0);
+    h->no_fence = 0;
+}
+
+int cci__tc_held_give_mine(cci_allocator *a)
+{
+    cci_tc *tc = a->tc_mine;
+    if (!tc || !tc->held.nheld)
+        return 0;
+    cci__tc_held_drain(a, tc, 1);
+    return 1;
+}
+
+void cci__tc_held_forget(cci_allocator *a, cci_tc *tc)
+{
+    tc_held *h = &tc->held;
+    for (unsigned i = 0; i < h->nclosed; i++)
+        a->fences->release(a->be.ctx, a->device, h->closed[i].fence);
+    *h = (tc_held){0};
+}
