@@ -8,7 +8,7 @@
 #      backend:cudaMallocAsync) and ours as PyTorch's pluggable allocator;
 #   2. then, side by side, on GPU 0 the threaded server pattern (tests/bench/bench_threads.c:
 #      T threads, each its own non-blocking stream, cached 64 KiB pairs) through cudaMallocAsync,
-#      ours and ours with a 32 MiB fence budget, in rotated rounds; on GPU 1 the generation
+#      ours, ours once its history is full and ours without a history, in rotated rounds; on GPU 1 the generation
 #      workload (tests/bench/generation.py) natively, natively without PyTorch's cache, under
 #      ours, ours immediate, ours behind backend:cudaMallocAsync, ours as the pluggable allocator,
 #      PyTorch expandable, ours expandable and ours compact, in rotated rounds (the two references
@@ -48,13 +48,18 @@ if part threads; then
 fi
 threads() {
     for r in $(seq 1 "${THREAD_ROUNDS:-3}"); do
-        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" async ours ours-budget); do
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" async ours ours-warm ours-nohistory); do
             case $c in
                 async) env CUDA_VISIBLE_DEVICES=0 "$CCI_BIN/bench_threads" --api async --threads 1,8,16 --budget-ms 300 --label async ;;
                 ours) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off "$CCI_BIN/bench_threads" --api malloc \
                           --threads 1,8,16 --budget-ms 300 --label ours ;;
-                ours-budget) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off CCI_ALLOC_CONF=fence_slack_mb:32 \
-                          "$CCI_BIN/bench_threads" --api malloc --threads 1,8,16 --budget-ms 300 --label ours-budget ;;
+                # The history keeps the first CCI_HISTORY_MAX events for the exit's what-ifs: 1.5 s
+                # of untimed pairs first fill it (the steady state of a long-running server); and
+                # with no history at all, what keeping it costs.
+                ours-warm) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off "$CCI_BIN/bench_threads" --api malloc \
+                          --threads 1,8,16 --budget-ms 300 --warmup-ms 1500 --label ours-warm ;;
+                ours-nohistory) env CUDA_VISIBLE_DEVICES=0 LD_PRELOAD="$CCI_PRELOAD" CCI_REPORT=off CCI_HISTORY_MAX=0 \
+                          "$CCI_BIN/bench_threads" --api malloc --threads 1,8,16 --budget-ms 300 --label ours-nohistory ;;
             esac
         done
     done

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_WORDS (1u << 18)  // 1 MiB blocks
 #define SPIN_NS 20000000ull // the "old" write lands about 20 ms after its launch
@@ -319,6 +320,56 @@ static verdict return_then_new_stream(void)
     return r;
 }
 
+// A thread's own fenced batches (src/core/tcache_fenced.c): small blocks freed while a slow kernel
+// on a non-blocking stream still writes the first of them (the rest queue behind it), then new
+// owners taken one a millisecond on another stream, so that the first ones come while the
+// batches' fences are pending and the later ones, once they have passed, from the thread's
+// passed blocks. `reused` counts the new owners that got an old block back.
+#define SMALL_WORDS (1u << 14)  // 64 KiB blocks
+static verdict thread_batches(void)
+{
+    enum { MANY = 96 };
+    verdict r = {MANY, 0, 0};
+    cudaStream_t a, b;
+    CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    static void *old[MANY], *q[MANY];
+    for (int i = 0; i < 4 * MANY; i++) {  // warm: the fast paths' credits grow with the peaks
+        void *t;
+        CK(cudaMalloc(&t, SMALL_WORDS * 4));
+        CK(cudaFree(t));
+    }
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < MANY; i++) {
+        CK(cudaMalloc(&old[i], SMALL_WORDS * 4));
+        slow_fill<<<4, 256, 0, a>>>((uint32_t *)old[i], SMALL_WORDS, 0xA0A0A0A0u, i == 0 ? SPIN_NS : 0);
+        CK(cudaFree(old[i]));
+    }
+    for (int i = 0; i < MANY; i++) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do
+            clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < 1000000);
+        CK(cudaMalloc(&q[i], SMALL_WORDS * 4));
+        for (int j = 0; j < MANY; j++)
+            r.reused += q[i] == old[j];
+        slow_fill<<<4, 256, 0, b>>>((uint32_t *)q[i], SMALL_WORDS, 0x70000u + i, 0);
+    }
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < MANY; i++) {
+        CK(cudaMemset(d_bad, 0, sizeof *d_bad));
+        count_bad<<<64, 256>>>((const uint32_t *)q[i], SMALL_WORDS, 0x70000u + i, d_bad);
+        unsigned bad = 0;
+        CK(cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost));
+        r.corrupt += bad != 0;
+        CK(cudaFree(q[i]));
+    }
+    CK(cudaStreamDestroy(a));
+    CK(cudaStreamDestroy(b));
+    return r;
+}
+
 // The two scenarios of the rule's return come first: a second thread (per-thread-streams) keeps
 // the rule fenced for the rest of the process.
 static const struct { const char *name; verdict (*fn)(void); } scenarios[] = {
@@ -332,6 +383,7 @@ static const struct { const char *name; verdict (*fn)(void); } scenarios[] = {
     {"freeasync-then-other-stream", free_async_then_other},
     {"graph-launch", graph_launch},
     {"many-in-flight", many_in_flight},
+    {"thread-batches", thread_batches},
 };
 
 int main(int argc, char **argv)
