@@ -438,7 +438,12 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     }
     if (b && a->fenced_count && poor_fit_while_fenced(a, b->size, rounded))
         b = cci__better_fit_after_fences(a, b, rounded, small, stream);
-    if (!b && cci__tc_held_give_mine(a))  // the pool would grow: this thread's kept frees first
+    // The pool would grow while this thread keeps fenced frees (tcache_fenced.c). Within the
+    // kept batches' allowance it grows: their blocks come back once their fence passes, and
+    // taking them apart here at every miss left no batch ever full, every later pair locked.
+    // Past it, this thread's kept frees go to the policy first.
+    int held_grow = !b && cci__tc_held_may_grow(a, rounded);
+    if (!b && !held_grow && cci__tc_held_give_mine(a))
         b = cci__take_free_block(a, rounded, small, stream);
     if (!b && a->fenced_count)
         b = cci__take_after_fences(a, rounded, small, stream);
@@ -483,6 +488,8 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
         if (grown > 0)
             cci__fence_slack_charge(a, grown);
     }
+    if (held_grow && a->st.reserved_bytes[CCI_POOL_ALL].current > reserved_before)
+        a->held_grown += (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - reserved_before);
     rc = hand_out(a, b, rounded, size);
     if (rc == CCI_OK) {
         *out = b->addr;
@@ -694,6 +701,7 @@ void cci_alloc_empty_cache(cci_allocator *a)
     cci__fenced_drain(a);
     cci__sync_pending(a);
     cci__release_cached_all(a);
+    a->held_grown = 0;
     cci__unlock(a);
 }
 

@@ -102,6 +102,8 @@ struct cci_allocator {
     uint32_t fence_tick;                  // allocations since the last fence_tick work (fenced.c)
     uint64_t stream_handovers;            // whole free segments given to another stream (stream_handover.c)
     size_t slack_used;                    // bytes grown instead of waiting for or ordering a fence
+    size_t held_grown;                    // bytes grown while the allocating thread kept fenced
+                                          // frees (tcache_fenced.c), since the last empty_cache
     int slack_grow;                       // this allocation passed a pending batch by on the budget
 
     // Per-thread caches (tcache.c).

@@ -282,5 +282,9 @@ static inline int log_to_batch(cci_allocator *a, cci_tc *tc)
 #define LOG_FULL 1
 // A fast path's answer when no magazine held the size on the stream (the caches' miss).
 #define MAG_MISS 2
+// A miss while the thread's kept fenced frees are on their way back (their batch still filling,
+// or behind a pending fence): not counted against the magazines (count_window), or a thread
+// whose every reuse comes from its kept batches would be set aside between two of them.
+#define HELD_WAIT 3
 
 #endif

@@ -49,7 +49,7 @@ static void close_open(cci_allocator *a, tc_held *h)
         return;
     }
     h->records++;
-    h->closed[h->nclosed++] = (held_batch){f, h->open};
+    h->closed[h->nclosed++] = (held_batch){f, h->open, h->nopen};
     h->open = h->open_tail = NULL;
     h->nopen = 0;
 }
@@ -61,28 +61,20 @@ static void drop_oldest(tc_held *h)
     h->nclosed--;
 }
 
-static unsigned list_length(const cci_block *b)
-{
-    unsigned n = 0;
-    for (; b; b = b->pend_next)
-        n++;
-    return n;
-}
-
 // Inside the gate: the oldest batch, if its fence has passed, joins the passed blocks, its
-// completions logged. CCI_OK when it did, MAG_MISS when it has not passed, LOG_FULL.
+// completions logged. CCI_OK when it did, HELD_WAIT when it has not passed, LOG_FULL.
 static int advance(cci_allocator *a, cci_tc *tc)
 {
     tc_held *h = &tc->held;
     held_batch *old = &h->closed[0];
     // Room for the completions and for the allocation's own record after them.
-    if (a->nobs && tc->log_at + list_length(old->head) + 1 > tc->log_end)
+    if (a->nobs && tc->log_at + old->n + 1 > tc->log_end)
         return LOG_FULL;
     int p = fence_passed(a, old->fence);
     if (p <= 0) {
         if (p < 0)
             h->no_fence = 1;  // the stop hands the batch to the allocator, which defers it
-        return MAG_MISS;
+        return HELD_WAIT;
     }
     a->fences->release(a->be.ctx, a->device, old->fence);
     cci_block *last = NULL;
@@ -126,7 +118,7 @@ int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requ
         b = take_passed(h, rounded, stream);
     }
     if (!b)
-        return MAG_MISS;
+        return h->passed ? MAG_MISS : HELD_WAIT;
     delta v = {.pool = block_pool(b),
                .grow = {{1, (int64_t)b->size}, {(int64_t)requested, (int64_t)is_oversize(a, b->size)}},
                .split = {b->held_split, b->held_split_bytes}};
@@ -268,6 +260,16 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
     h->nopen = 0;
     release_list(a, tc, open, 0);
     h->no_fence = 0;
+}
+
+int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
+{
+    // Only while its first batch still fills (none behind a fence: drain_mine has just taken the
+    // passed ones): with one pending, the device is behind, and growing would not bring it back
+    // sooner; the policy then orders or waits for it as for its own.
+    const cci_tc *tc = a->tc_mine;
+    return tc && tc->held.nheld && !tc->held.nclosed && cci_is_small(rounded) &&
+           a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
 }
 
 int cci__tc_held_give_mine(cci_allocator *a)

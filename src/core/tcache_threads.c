@@ -102,8 +102,9 @@ static cci_tc *attach_cache(cci_allocator *a)
     pthread_once(&key_once, make_key);
     if (free_slot < 0 || exit_key == (pthread_key_t)-1)
         return NULL;  // more allocators than slots: this one is served on the locked path only
-    tc = calloc(1, sizeof *tc);
+    tc = aligned_alloc(CCI_TC_ALIGN, sizeof *tc);  // (sizeof is a multiple of the alignment)
     if (tc) {
+        memset(tc, 0, sizeof *tc);
         tc->log = calloc(LOG_EVENTS, sizeof *tc->log);
         tc->handed = calloc(LOG_EVENTS, sizeof *tc->handed);
         tc->spare = malloc(LOG_EVENTS * sizeof *tc->spare);  // none: logs are only copied

@@ -479,6 +479,32 @@ static void test_held_empty_cache(void)
     done(&f);
 }
 
+// A loop whose pool has no room left while the thread's first batch fills: the pool grows for
+// the batch (within HELD_MAX_BYTES) rather than taking it apart at each miss, which had left no
+// batch ever full and every later pair on the locked path, with a fence each.
+static void test_held_grows_while_filling(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 0);
+    cci_allocator_thread_cache(f.a, 1);
+    raise_split_peak(&f, 64 * KiB, 2 * HELD_BATCH);
+    uintptr_t fill[48];
+    for (int i = 0; i < 48; i++)  // three quarters of the two segments the warm-up made
+        fill[i] = must_alloc(&f, 64 * KiB, 0);
+    uint64_t records0 = stats(&f)->num_fence_records;
+    for (int i = 0; i < 320; i++)
+        CHECK(cci_free(f.a, must_alloc(&f, 64 * KiB, 0), 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    const cci_stats *st = stats(&f);
+    uint64_t records = st->num_fence_records - records0;
+    CHECK(records <= 320 / HELD_BATCH + 2, "%llu fences for 320 pairs: one a batch", (unsigned long long)records);
+    CHECK(st->reserved_bytes[CCI_POOL_ALL].peak <= (int64_t)(4 * MiB + HELD_MAX_BYTES),
+          "the pool grew by the kept batches' allowance at most (%lld bytes)",
+          (long long)st->reserved_bytes[CCI_POOL_ALL].peak);
+    for (int i = 0; i < 48; i++)
+        CHECK(cci_free(f.a, fill[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
 typedef struct {
     fixture *f;
     int pairs;
@@ -593,6 +619,7 @@ int main(void)
     test_cross_stream_free();
     test_held_reuse_only_after_fence();
     test_held_empty_cache();
+    test_held_grows_while_filling();
     test_held_threads();
     test_oom_ladder();
     test_without_fences();
