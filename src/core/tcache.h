@@ -53,8 +53,7 @@ void cci__tc_drain_all(cci_allocator *a);
 /// as for its own. 1 when there were any.
 int cci__tc_held_give_mine(cci_allocator *a);
 /// Lock held: whether the pool may grow for a small request while the calling thread keeps
-/// fenced frees, instead of taking them back: while its open batch fills and none is behind a
-/// fence, within HELD_MAX_BYTES per cache in all.
+/// fenced frees, instead of taking them back: within HELD_MAX_BYTES per cache in all.
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded);
 /// Lock held: the calling thread's magazine blocks only. A locked allocation starts with these,
 /// and takes the other threads' blocks only when one of them fits the request better than the

@@ -264,12 +264,12 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
 
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
 {
-    // Only while its first batch still fills (none behind a fence: drain_mine has just taken the
-    // passed ones): with one pending, the device is behind, and growing would not bring it back
-    // sooner; the policy then orders or waits for it as for its own.
+    // The allowance is what the threads may keep at once; it is spent once (until empty_cache).
+    // Growing only while no batch was behind a fence was not enough: eight threads on an H200
+    // (2026-11-28) found their newest fence pending at most misses, gave their batches back each
+    // time, and spent their time in the lock's stops.
     const cci_tc *tc = a->tc_mine;
-    return tc && tc->held.nheld && !tc->held.nclosed && cci_is_small(rounded) &&
-           a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
+    return tc && tc->held.nheld && cci_is_small(rounded) && a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
 }
 
 int cci__tc_held_give_mine(cci_allocator *a)

@@ -32,6 +32,9 @@
 
 #define POOL 32
 #define N ((size_t)1 << 16)
+// Small segments (2 MiB) the pool may grow by for a thread's own fenced batches (tcache_impl.h's
+// HELD_MAX_BYTES, 8 MiB) before they go back to the allocator's policy.
+#define KEPT_SEGMENTS 4
 #define PAIRS 400
 
 static cudaStream_t pool[POOL];
@@ -96,7 +99,8 @@ static void idle_pool(const char *mode)
     else
         CHECK(sq > census_bound && cr == 0, "per-stream fences: the streams asked more (%llu questions), "
               "no context event (%llu)", sq, cr);
-    CHECK(fakecuda_device_allocs() - allocs0 <= 1, "the pool did not grow (%llu device allocations)",
+    // (Beyond the thread's own fenced batches, which the pool may grow for once: tcache_fenced.c.)
+    CHECK(fakecuda_device_allocs() - allocs0 <= 1 + KEPT_SEGMENTS, "the pool did not grow (%llu device allocations)",
           fakecuda_device_allocs() - allocs0);
     for (int i = 0; i < POOL; i++)
         CUDA_OK(cudaStreamDestroy(pool[i]));

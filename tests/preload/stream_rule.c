@@ -23,6 +23,9 @@
 #include "ptest.h"
 
 #define N ((size_t)1 << 16)
+// Small segments (2 MiB) the pool may grow by for a thread's own fenced batches (tcache_impl.h's
+// HELD_MAX_BYTES, 8 MiB) before they go back to the allocator's policy.
+#define KEPT_SEGMENTS 4
 
 static void ordered(const ptest_api *api)
 {
@@ -183,8 +186,10 @@ static void barrier(const ptest_api *api)
     int ctx = ptest_context_fences();
     d = held_pairs(api);
     fakecu_get_event_calls(&c);
+    // (The thread keeps its small fenced frees in batches of its own, which the pool may grow for
+    // once, up to 8 MiB a thread: src/core/tcache_fenced.c.)
     CHECK(d.num_fence_waits == 0 && (ctx ? c.ctx_waits > 0 && c.ctx_records > 0 : c.stream_waits > 0) &&
-          fakecuda_device_allocs() <= 1,
+          fakecuda_device_allocs() <= 1 + KEPT_SEGMENTS,
           "a non-blocking stream live and idle: no barrier, but each fence wanted is ordered instead "
           "of waited for (%llu waits, %llu stream waits, %llu context waits, %llu device allocations)",
           (unsigned long long)d.num_fence_waits, c.stream_waits, c.ctx_waits, fakecuda_device_allocs());
