@@ -551,6 +551,17 @@ static inline void stat_unadd(cci_stat *s, int64_t d)
         s->freed += d;
 }
 
+// Takes out the inactive-split change a thread cache's free foresaw (split, split_bytes: added to
+// `all` and the block's pool, as stat_pool adds).
+static void unadd_foreseen_split(cci_allocator *a, const cci_block *b, int split, int64_t split_bytes)
+{
+    int pool = pool_index(b->small);
+    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
+    stat_unadd(&a->st.inactive_split[pool], split);
+    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
+    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
+}
+
 void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
 {
     // Its free was counted when the thread cached it (tcache.c): the allocation and active
@@ -559,11 +570,7 @@ void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t spli
     // split_bytes, added to both pools as stat_pool adds): that comes out, and the merge made
     // now goes in. The same figures, current, peaks and running totals, as taking the whole
     // recorded free out and counting the locked free again.
-    int pool = pool_index(b->small);
-    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
-    stat_unadd(&a->st.inactive_split[pool], split);
-    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
-    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
+    unadd_foreseen_split(a, b, split, split_bytes);
     cci_live_remove(&a->live, b);
     merge_into_free_set(a, b);
 }
@@ -583,10 +590,7 @@ void cci__release_held_pending(cci_allocator *a, cci_block *b, int split, int64_
     // (free_block at completion): so both come out, and the block waits in the open batch as if
     // freed on the locked path.
     int pool = pool_index(b->small);
-    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
-    stat_unadd(&a->st.inactive_split[pool], split);
-    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
-    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
+    unadd_foreseen_split(a, b, split, split_bytes);
     stat_undo_dec(&a->st.active[CCI_POOL_ALL], -1);
     stat_undo_dec(&a->st.active[pool], -1);
     stat_undo_dec(&a->st.active_bytes[CCI_POOL_ALL], -(int64_t)b->size);

@@ -283,13 +283,7 @@ static inline __attribute__((always_inline)) int free_in_gate(cci_allocator *a, 
 
 static int try_free(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream)
 {
-    if (!enter(tc))
-        return CCI_ENOTOURS;
-    int rc = free_in_gate(a, tc, ptr, stream);
-    if (rc == LOG_FULL && log_to_batch(a, tc))
-        rc = free_in_gate(a, tc, ptr, stream);  // the same choice, with room now
-    leave(tc);
-    return rc;
+    return tc_free_gated(a, tc, ptr, stream, free_in_gate);
 }
 
 static __attribute__((noinline, cold)) int free_general(cci_allocator *a, cci_tc *tc, uintptr_t ptr,

@@ -287,4 +287,19 @@ static inline int log_to_batch(cci_allocator *a, cci_tc *tc)
 // whose every reuse comes from its kept batches would be set aside between two of them.
 #define HELD_WAIT 3
 
+// A free's step inside the gate (`step`: a magazine's or a kept batch's), the stop waited out, and
+// once more after a full log went to the batch doors. Inlined with its constant step: a direct call.
+typedef int (*tc_free_step)(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream);
+static inline __attribute__((always_inline)) int tc_free_gated(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
+                                                               uint64_t stream, tc_free_step step)
+{
+    if (!enter(tc))
+        return CCI_ENOTOURS;
+    int rc = step(a, tc, ptr, stream);
+    if (rc == LOG_FULL && log_to_batch(a, tc))
+        rc = step(a, tc, ptr, stream);  // the same choice, with room now
+    leave(tc);
+    return rc;
+}
+
 #endif

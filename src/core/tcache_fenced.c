@@ -186,13 +186,7 @@ static int try_free(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream
         leave_inline(tc, 1);
         return rc;
     }
-    if (!enter(tc))
-        return CCI_ENOTOURS;
-    int rc = free_in_gate(a, tc, ptr, stream);
-    if (rc == LOG_FULL && log_to_batch(a, tc))
-        rc = free_in_gate(a, tc, ptr, stream);  // the same choice, with room now
-    leave(tc);
-    return rc;
+    return tc_free_gated(a, tc, ptr, stream, free_in_gate);
 }
 
 int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream)
