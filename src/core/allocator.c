@@ -583,30 +583,27 @@ static inline void stat_undo_dec(cci_stat *s, int64_t d)
         s->peak = s->current;
 }
 
-void cci__release_held_pending(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
+void cci__release_held_pending(cci_allocator *a, cci_block *b)
 {
-    // A thread's fenced free counted the block inactive at once, as a magazine free does, and the
-    // merge it foresaw. A locked fenced free keeps a block active until its fence passes
-    // (free_block at completion): so both come out, and the block waits in the open batch as if
-    // freed on the locked path.
+    // A thread's fenced free counted the block inactive at once, as a magazine free does. A locked
+    // fenced free keeps a block active until its fence passes (free_block at completion): so that
+    // comes out, and the block waits in the open batch as if freed on the locked path.
     int pool = pool_index(b->small);
-    unadd_foreseen_split(a, b, split, split_bytes);
     stat_undo_dec(&a->st.active[CCI_POOL_ALL], -1);
     stat_undo_dec(&a->st.active[pool], -1);
     stat_undo_dec(&a->st.active_bytes[CCI_POOL_ALL], -(int64_t)b->size);
     stat_undo_dec(&a->st.active_bytes[pool], -(int64_t)b->size);
     b->state = BLOCK_ALLOCATED;
-    b->pending_seq = 0;  // (held_split's slot: never a held ticket)
     cci__fenced_free(a, b);
 }
 
-void cci__complete_held(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
+void cci__complete_held(cci_allocator *a, cci_block *b)
 {
     uintptr_t addr = b->addr;
     size_t size = b->size;
     uint64_t stream = b->stream;
     b->state = BLOCK_ALLOCATED;
-    cci__release_cached(a, b, split, split_bytes);
+    cci__release_cached(a, b, 0, 0);  // no merge foreseen (tcache_fenced.c)
     notify(a, CCI_EV_FREE_COMPLETED, stream, addr, size, 0);
 }
 

@@ -272,9 +272,9 @@ static inline void cci__notify_full(cci_allocator *a, cci_event_kind kind, uint6
 void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t split_bytes);
 /// A block of a thread's fenced batches (tcache_fenced.c), counted as a cached one is, whose
 /// fence has passed: back to the free set, its completion told now.
-void cci__complete_held(cci_allocator *a, cci_block *b, int split, int64_t split_bytes);
+void cci__complete_held(cci_allocator *a, cci_block *b);
 /// The same block whose fence has not passed (or was never recorded): into the open batch
 /// (fenced.c), counted as a locked fenced free counts it.
-void cci__release_held_pending(cci_allocator *a, cci_block *b, int split, int64_t split_bytes);
+void cci__release_held_pending(cci_allocator *a, cci_block *b);
 
 #endif

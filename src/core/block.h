@@ -20,6 +20,8 @@ enum {
     BLOCK_CACHED = 5,      // freed into a thread's magazine (tcache.c); never seen under the lock
     BLOCK_RETIRING = 6,    // compact mode: pages moved elsewhere whose old mapping waits for a
                            // fence before its unmap (expandable.c); address space, not reserved
+    BLOCK_KEPT = 7,        // freed into a thread's own fenced batches (tcache_fenced.c): not free
+                           // for the program's figures until it goes back to the allocator
 };
 
 typedef struct cci_segment cci_segment;
@@ -45,14 +47,8 @@ typedef struct cci_block {
     struct cci_block *prev;   // address-order neighbours inside the segment
     struct cci_block *next;
     cci_segment *seg;
-    union {
-        uint64_t gc_base;     // FREE: pool's free-search count when the block entered the free set
-        int64_t held_split_bytes;  // CACHED in a thread's fenced batches (tcache_fenced.c): what
-    };                             // its free did to the inactive-split bytes (and to their count:)
-    union {
-        uint64_t pending_seq;  // PENDING: deferred-free ticket
-        int64_t held_split;
-    };
+    uint64_t gc_base;         // pool's free-search count when the block entered the free set
+    uint64_t pending_seq;     // deferred-free ticket
     struct cci_block *pend_next;
     struct cci_tc *owner;     // the thread cache that may free it without the lock (tcache.c)
 } cci_block;

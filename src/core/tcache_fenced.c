@@ -6,8 +6,9 @@
 // locked path every such free and every allocation after it took the allocator's lock, and a
 // thread-per-stream server made of it a queue: on the H200 (2026-11-28) eight threads together
 // ran no faster than one. Here a thread keeps its own fenced frees of small blocks instead:
-//   - a free enters the thread's open batch, counted at once as a magazine free is (tcache.h's
-//     credits; the block is CACHED, free for the program, in no free set);
+//   - a free enters the thread's open batch, its allocation and active figures counted at once
+//     as a magazine free is (tcache.h's credits); the block is KEPT: in no free set, and in no
+//     free run of its neighbours until it goes back to the allocator;
 //   - every HELD_BATCH frees the thread records one fence for all streams, without the lock
 //     (the backend's fence operations are safe from any thread), and the batch waits behind it;
 //   - an allocation its magazines miss asks the oldest batch's fence (its batches are recorded
@@ -121,7 +122,7 @@ int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requ
         return h->passed ? MAG_MISS : HELD_WAIT;
     delta v = {.pool = block_pool(b),
                .grow = {{1, (int64_t)b->size}, {(int64_t)requested, (int64_t)is_oversize(a, b->size)}},
-               .split = {b->held_split, b->held_split_bytes}};
+               .split = {0, 0}};  // a kept free foresaw no merge (free_in_gate)
     credits after;
     if (!covered(tc, &v, ALLOCATING, &after)) {
         b->pend_next = h->passed;  // the locked path serves it, from the free set once drained
@@ -153,15 +154,17 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
         return CCI_ENOTOURS;
     if (!log_has_room(a, tc))
         return LOG_FULL;
+    // No merge is foreseen: like a block behind the allocator's fences, a kept block joins no free
+    // run (its neighbours' frees see it as in use) until it goes back to the allocator, where the
+    // merge is counted. So a kept free never raises the inactive-split figures, whose credits
+    // under their peaks had sent a thread's frees to the lock at every new interleaving.
     delta v;
     credits after;
-    free_delta(a, b, split_on_free(b), &v);
+    free_delta(a, b, (kind_pair){0, 0}, &v);
     if (!covered(tc, &v, FREEING, &after))
         return CCI_ENOTOURS;
     spend(tc, &v, FREEING, &after);
-    b->held_split = v.split[0];
-    b->held_split_bytes = v.split[1];
-    __atomic_store_n(&b->state, BLOCK_CACHED, __ATOMIC_RELAXED);  // neighbours read it
+    __atomic_store_n(&b->state, BLOCK_KEPT, __ATOMIC_RELAXED);
     b->pend_next = NULL;
     if (h->open_tail)
         h->open_tail->pend_next = b;
@@ -214,9 +217,9 @@ static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int complet
         h->bytes -= b->size;
         table_remove(tc, b);
         if (completed)
-            cci__complete_held(a, b, (int)b->held_split, b->held_split_bytes);
+            cci__complete_held(a, b);
         else
-            cci__release_held_pending(a, b, (int)b->held_split, b->held_split_bytes);
+            cci__release_held_pending(a, b);
     }
 }
 
@@ -232,7 +235,7 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
         h->bytes -= b->size;
         table_remove(tc, b);
         b->state = BLOCK_ALLOCATED;
-        cci__release_cached(a, b, (int)b->held_split, b->held_split_bytes);
+        cci__release_cached(a, b, 0, 0);
     }
     // The closed batches, oldest first, while their fences have passed; all of them when `all`.
     while (h->nclosed) {
