@@ -31,8 +31,9 @@ extern "C" {
 
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
    4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths,
-   managed memory, the allocations from other memory pools and the pinned host cache appended. */
-#define CCI_STATS_VERSION 5
+   managed memory, the allocations from other memory pools and the pinned host cache appended.
+   6: the allocator lock's share of allocations and frees, and why the thread caches declined. */
+#define CCI_STATS_VERSION 6
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -156,6 +157,18 @@ typedef struct cci_stats {
     uint64_t pinned_unfenced_frees; /**< frees given straight back to CUDA: no fence could be recorded */
     uint64_t pinned_reserve_segment_bytes; /**< the reserve segment's size (0: none held) */
     uint64_t pinned_background_reclaims; /**< freed buffers the background thread found passed */
+    /* Version 6: allocations and frees served under the allocator's lock (the rest were served by
+       their thread's cache, without it), and why a thread's cache sent an operation there. */
+    uint64_t num_locked_allocs;     /**< allocations served under the lock */
+    uint64_t num_locked_frees;      /**< frees (of blocks of ours) made under the lock */
+    uint64_t tc_declined_credit;    /**< operations whose change the thread's credit under a peak
+                                         did not cover */
+    uint64_t tc_declined_kept_wait; /**< allocations while the thread's kept fenced frees were all
+                                         behind pending fences */
+    uint64_t tc_declined_busy;      /**< operations that found the cache stopped by another
+                                         thread's locked section longer than a short spin */
+    uint64_t tc_declined_keep_full; /**< small fenced frees the thread could not keep (its batches
+                                         at their bounds, or a fence record failed) */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

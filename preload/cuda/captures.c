@@ -10,6 +10,7 @@
 #include "captures.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "real.h"
 
@@ -36,6 +37,11 @@ void cci_capture_note_driver(void)
 // moment a capture begins on it (a question to a capturing stream breaks the capture). Program
 // threads do not take it: their own calls never race their own begins.
 static pthread_mutex_t capture_gate = PTHREAD_MUTEX_INITIALIZER;
+// Its shared side (cci_capture_gate_share): holders of it run side by side, and only a capture's
+// begin waits for them all. `closing` is set while a begin waits: a new holder backs off (seq_cst
+// on both sides, so either the holder sees `closing` or the begin sees the holder).
+static _Atomic int sharers;
+static _Atomic int closing;
 
 int cci_capture_gate_enter(void)
 {
@@ -51,10 +57,32 @@ void cci_capture_gate_leave(void)
     pthread_mutex_unlock(&capture_gate);
 }
 
+int cci_capture_gate_share(void)
+{
+    atomic_fetch_add(&sharers, 1);
+    if (!atomic_load(&closing) && atomic_load(&cci__captures) == 0)
+        return 1;
+    atomic_fetch_sub_explicit(&sharers, 1, memory_order_release);
+    return 0;
+}
+
+void cci_capture_gate_unshare(void)
+{
+    atomic_fetch_sub_explicit(&sharers, 1, memory_order_release);
+}
+
 static void capture_count(int n)
 {
     pthread_mutex_lock(&capture_gate);
+    if (n > 0) {
+        // A begin: the shared holders (a record or two, microseconds each) leave first.
+        atomic_store(&closing, 1);
+        for (unsigned spins = 1; atomic_load(&sharers) != 0; spins++)
+            if (spins % 64 == 0)
+                sched_yield();
+    }
     atomic_fetch_add(&cci__captures, n);
+    atomic_store(&closing, 0);
     pthread_mutex_unlock(&capture_gate);
 }
 
@@ -90,5 +118,7 @@ void cci_capture_ended(void)
 void cci_streams_atfork_child(void)
 {
     pthread_mutex_init(&capture_gate, NULL);
+    atomic_store(&sharers, 0);
+    atomic_store(&closing, 0);
     atomic_store(&cci__captures, 0);
 }

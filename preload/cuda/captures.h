@@ -44,6 +44,11 @@ void cci_capture_note_driver(void);
 /// cci_capture_gate_leave), 0 (gate not held) while one may be.
 int cci_capture_gate_enter(void);
 void cci_capture_gate_leave(void);
+/// The gate's shared side, for a call that only must not meet a capture's begin (a context
+/// fence's record): 1 held, side by side with other sharers and with the gate's holder, 0 (not
+/// held) while a capture may be underway or beginning. A begin waits for every sharer to leave.
+int cci_capture_gate_share(void);
+void cci_capture_gate_unshare(void);
 /// For the capture hooks of both levels: a capture about to begin, counted inside the gate (after
 /// the stream rule switched: serve/stream_rule.h, cci_rule_capture_begins), a begin that failed
 /// (taken back), a capture that ended.

@@ -9,25 +9,47 @@
 #include "fence.h"
 #include "log.h"
 
-cci_fence_costs cci__fence_costs;
+cci_fence_costs cci__fence_cost_shards[COST_SHARDS];
+__thread cci_fence_costs *cci__fence_costs_my __attribute__((tls_model("initial-exec")));
+static _Atomic unsigned next_shard;
+
+cci_fence_costs *cci__fence_costs_pick(void)
+{
+    unsigned i = atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % COST_SHARDS;
+    return cci__fence_costs_my = &cci__fence_cost_shards[i];
+}
 
 void cci__fence_cost_add(int kind, unsigned long long since, size_t events)
 {
-    atomic_fetch_add_explicit(&cci__fence_costs.calls[kind], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cci__fence_costs.events[kind], events, memory_order_relaxed);
-    atomic_fetch_add_explicit(&cci__fence_costs.ns[kind], cci_pl_now_ns() - since, memory_order_relaxed);
+    cci_fence_costs *c = cci__fence_costs_mine();
+    atomic_fetch_add_explicit(&c->calls[kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->events[kind], events, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->ns[kind], cci_pl_now_ns() - since, memory_order_relaxed);
 }
 
 void cci__fence_costs_atfork_child(void)
 {
-    _Atomic unsigned long long *c = (_Atomic unsigned long long *)&cci__fence_costs;
-    for (size_t i = 0; i < sizeof cci__fence_costs / sizeof *c; i++)
+    _Atomic unsigned long long *c = (_Atomic unsigned long long *)cci__fence_cost_shards;
+    size_t n = COST_SHARDS * (sizeof(cci_fence_costs) / sizeof(_Atomic unsigned long long));
+    for (size_t i = 0; i < n; i++)
         atomic_store(&c[i], 0);
 }
 
 void cci_cuda_fence_costs(cci_stats *out)
 {
-    cci_fence_costs *k = &cci__fence_costs;
+    // The shards' sums, word by word: every field is an atomic counter (the alignment's padding
+    // words stay 0).
+    _Static_assert(sizeof(cci_fence_costs) % sizeof(_Atomic unsigned long long) == 0, "counters only");
+    enum { N = sizeof(cci_fence_costs) / sizeof(_Atomic unsigned long long) };
+    cci_fence_costs sum_ = {0}, *k = &sum_;
+    for (int sh = 0; sh < COST_SHARDS; sh++) {
+        _Atomic unsigned long long *from = (_Atomic unsigned long long *)&cci__fence_cost_shards[sh];
+        _Atomic unsigned long long *to = (_Atomic unsigned long long *)k;
+        for (int i = 0; i < N; i++)
+            atomic_store_explicit(&to[i], atomic_load_explicit(&to[i], memory_order_relaxed) +
+                                              atomic_load_explicit(&from[i], memory_order_relaxed),
+                                  memory_order_relaxed);
+    }
     out->fence_record_calls = atomic_load(&k->calls[COST_RECORD]);
     out->fence_record_events = atomic_load(&k->events[COST_RECORD]);
     out->fence_record_ns = atomic_load(&k->ns[COST_RECORD]);

@@ -19,7 +19,7 @@
 enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_CATCH_UP, COST_KINDS };
 
 typedef struct cci_fence_costs {
-    _Atomic unsigned long long calls[COST_KINDS], events[COST_KINDS], ns[COST_KINDS];
+    _Alignas(128) _Atomic unsigned long long calls[COST_KINDS], events[COST_KINDS], ns[COST_KINDS];
     _Atomic unsigned long long
         barrier_records,      // records whose legacy event orders all later work (THE BARRIER)
         ctx_records,          // records made of context events
@@ -41,13 +41,25 @@ typedef struct cci_fence_costs {
         watched_answers;      // fence questions answered from the watcher's looks
 } cci_fence_costs;
 
-extern cci_fence_costs cci__fence_costs CCI_HIDDEN;
+// Counted in shards, a thread in one of them: the threads that record their own fences (a thread
+// per stream) had queued on these counters' cache lines. Read as their sums (cci_cuda_fence_costs).
+#define COST_SHARDS 16
+extern cci_fence_costs cci__fence_cost_shards[COST_SHARDS] CCI_HIDDEN;
+extern __thread cci_fence_costs *cci__fence_costs_my __attribute__((tls_model("initial-exec"))) CCI_HIDDEN;
+cci_fence_costs *cci__fence_costs_pick(void);
+
+/// The calling thread's shard.
+static inline cci_fence_costs *cci__fence_costs_mine(void)
+{
+    cci_fence_costs *c = cci__fence_costs_my;
+    return __builtin_expect(c != NULL, 1) ? c : cci__fence_costs_pick();
+}
 
 /// One timed call of `kind`, begun at `since` (cci_pl_now_ns), that asked `events` events.
 void cci__fence_cost_add(int kind, unsigned long long since, size_t events);
 
 /// One more of a cci_fence_costs counter: FENCE_COUNT(stream_checks).
-#define FENCE_COUNT(field) atomic_fetch_add_explicit(&cci__fence_costs.field, 1, memory_order_relaxed)
+#define FENCE_COUNT(field) atomic_fetch_add_explicit(&cci__fence_costs_mine()->field, 1, memory_order_relaxed)
 
 /// In a fork child: the child's statistics and exit lines count the child's fences.
 void cci__fence_costs_atfork_child(void);

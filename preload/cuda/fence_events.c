@@ -72,7 +72,11 @@ void cci__fence_drop_shared_ref(shared_event *r)
     pthread_mutex_unlock(&cci__fence_pool_lock);
 }
 
-// Pool lock NOT held (taken here).
+// Pool lock NOT held (taken here, around the pool only). The record itself is made outside it:
+// threads that each keep their own fenced batches record at once, and with the driver call inside
+// the lock their records had queued behind one another. A device reset meanwhile (the program's
+// own race) makes the record fail, or leaves an event of an older generation, which the pool
+// forgets when it comes back.
 CUevent cci__fence_record_pooled(int device, CUstream s, CUcontext ctx, unsigned *gen, CUresult *r)
 {
     cci_driver_scope sc;
@@ -83,13 +87,13 @@ CUevent cci__fence_record_pooled(int device, CUstream s, CUcontext ctx, unsigned
     pthread_mutex_lock(&cci__fence_pool_lock);
     CUevent e = cci__fence_pool_get_locked(device);
     *gen = cci__fence_generation[device];
+    pthread_mutex_unlock(&cci__fence_pool_lock);
     if (e)
         *r = ctx ? t->cuCtxRecordEvent(ctx, e) : t->cuEventRecord(e, s);
     if (*r != CUDA_SUCCESS && e) {
-        cci__fence_pool_put_locked(device, e, *gen);
+        cci__fence_pool_give(device, e, *gen);
         e = NULL;
     }
-    pthread_mutex_unlock(&cci__fence_pool_lock);
     cci_cuda_leave(&sc);
     return e;
 }

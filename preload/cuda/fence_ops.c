@@ -12,8 +12,8 @@
 // CONTEXT FENCES (context_fences.h, where the driver has cuCtxRecordEvent): a fence that is no
 // barrier records instead one context event per device, which covers every stream of that
 // device's primary context at once. It needs no look at the non-blocking streams, only at the
-// retired events. Recorded inside the capture gate only: the call would invalidate any capture of
-// the context. A barrier keeps its legacy event: its place on the legacy stream is what orders
+// retired events. Recorded inside the capture gate (its shared side) only: the call would
+// invalidate any capture of the context. A barrier keeps its legacy event: its place on the legacy stream is what orders
 // later work (a context event orders nothing after it).
 #include "fence_impl.h"
 
@@ -72,10 +72,10 @@ static int record_each_device(cuda_fence *f, int ctxwide)
 // Context events. 0, or -1 with none left in f (the caller then records legacy events instead).
 static int record_ctx_fence(cuda_fence *f)
 {
-    if (!cci_capture_gate_enter())
+    if (!cci_capture_gate_share())
         return -1;  // a capture may be underway: nothing may be recorded context-wide
     int rc = record_each_device(f, 1);
-    cci_capture_gate_leave();
+    cci_capture_gate_unshare();
     if (rc || f->n == 0) {
         fence_drop_events(f);
         return -1;

@@ -14,6 +14,15 @@
 #include "backend_cuda.h"
 
 shared_event *cci__fence_retired;
+// Whether the list holds anything, set under the pool lock at each change: a fence record asks
+// it on every call (cci_cuda_fence_retired_done), and the lock there had queued the threads that
+// record their own fences behind one another.
+static _Atomic int retired_any;
+
+static void retired_changed_locked(void)
+{
+    atomic_store_explicit(&retired_any, cci__fence_retired != NULL, memory_order_release);
+}
 
 void cci_cuda_fence_forget_cover(cci_stream_cover *c)
 {
@@ -48,6 +57,7 @@ void cci_cuda_fence_retire_stream(CUstream s, int device, unsigned long long bor
         *r = (shared_event){.ev = e, .device = device, .refs = 1, .gen = cci__fence_generation[device],
                             .born = born, .next = cci__fence_retired};
         cci__fence_retired = r;
+        retired_changed_locked();
         r = NULL;
     } else if (e) {
         cci__fence_pool_put_locked(device, e, cci__fence_generation[device]);
@@ -100,6 +110,7 @@ int cci__fence_cover_retired(look *lk)
             lk->pending = 1;
         pr = &r->next;
     }
+    retired_changed_locked();
     pthread_mutex_unlock(&cci__fence_pool_lock);
     return rc;
 }
@@ -107,9 +118,12 @@ int cci__fence_cover_retired(look *lk)
 int cci_cuda_fence_retired_done(void)
 {
     int p = 1;
+    if (!atomic_load_explicit(&retired_any, memory_order_acquire))
+        return 1;  // (a stream destroyed before the frees this answer is for has set it)
     pthread_mutex_lock(&cci__fence_pool_lock);
     while (cci__fence_retired && (p = retired_prune_locked(&cci__fence_retired)) == 1)
         ;
+    retired_changed_locked();
     pthread_mutex_unlock(&cci__fence_pool_lock);
     return p;
 }
@@ -130,6 +144,7 @@ void cci_cuda_fence_drop_device(int device)
         *pr = r->next;
         cci__fence_drop_shared_ref_locked(r);
     }
+    retired_changed_locked();
     pthread_mutex_unlock(&cci__fence_pool_lock);
 }
 
@@ -140,6 +155,7 @@ void cci_cuda_fence_atfork_child(void)
     for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
         cci__fence_pools[d].n = 0;
     cci__fence_retired = NULL;
+    atomic_store(&retired_any, 0);
     atomic_store(&cci__fence_last_look_busy, 0);
     atomic_store(&cci__fence_watched_upto, 0);
     cci__fence_order_atfork_child();

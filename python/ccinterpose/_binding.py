@@ -12,7 +12,7 @@ import functools
 # Must match CCI_STATS_VERSION and the field order of `cci_stats` in include/ccinterpose.h (the
 # 'python' test suite compares them). The library copies min(our size, its size) bytes, so an
 # older or newer library still fills what both know.
-STATS_VERSION = 5
+STATS_VERSION = 6
 POOLS = ('all', 'small_pool', 'large_pool')
 POOLED_STATS = ('allocation', 'segment', 'active', 'inactive_split', 'allocated_bytes',
                 'reserved_bytes', 'active_bytes', 'inactive_split_bytes', 'requested_bytes')
@@ -53,6 +53,9 @@ LATER = (
     ('pinned_host_allocs', 'u64'), ('pinned_host_frees', 'u64'), ('pinned_register_ns', 'u64'),
     ('pinned_fence_records', 'u64'), ('pinned_unfenced_frees', 'u64'),
     ('pinned_reserve_segment_bytes', 'u64'), ('pinned_background_reclaims', 'u64'),
+    # version 6: the allocator lock's share, and why the thread caches declined
+    ('num_locked_allocs', 'u64'), ('num_locked_frees', 'u64'), ('tc_declined_credit', 'u64'),
+    ('tc_declined_kept_wait', 'u64'), ('tc_declined_busy', 'u64'), ('tc_declined_keep_full', 'u64'),
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 

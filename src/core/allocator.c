@@ -415,6 +415,7 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     int small = cci_is_small(rounded);
     int rc = CCI_OK;
     cci__lock(a);
+    a->st.num_locked_allocs++;
     if (skipped && a->tc_mine)  // (no cache, nothing to count: the caches off, or none yet)
         cci__tc_skipped(a);
     if (cci_free_set_reserve(&a->free_set[small], stream) != 0) {
@@ -618,6 +619,7 @@ static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr
         cci__unlock(a);
         return rc;
     }
+    a->st.num_locked_frees++;
     cci__tc_disown(b);
     count_free(a, b);
     // The mode this free really takes, told to the observers (traces replay it the same way).

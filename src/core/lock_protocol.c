@@ -173,6 +173,22 @@ static void fold_cache(cci_allocator *a, cci_tc *tc)
     memset(tc->shard, 0, sizeof tc->shard);
 }
 
+// What the cache's fast paths declined since the last stop joins the allocator's figures.
+static void fold_declined(cci_allocator *a, cci_tc *tc)
+{
+    uint64_t *into[TC_DECLINED_KINDS] = {
+        [TC_DECLINED_CREDIT] = &a->st.tc_declined_credit,
+        [TC_DECLINED_KEPT_WAIT] = &a->st.tc_declined_kept_wait,
+        [TC_DECLINED_BUSY] = &a->st.tc_declined_busy,
+        [TC_DECLINED_KEEP_FULL] = &a->st.tc_declined_keep_full,
+    };
+    for (int k = 0; k < TC_DECLINED_KINDS; k++) {
+        uint64_t n = atomic_load_explicit(&tc->declined[k], memory_order_relaxed);
+        *into[k] += n - tc->declined_folded[k];
+        tc->declined_folded[k] = n;
+    }
+}
+
 // One step of a lock holder's wait for an owner in a fast path (or, at the end of the solo state,
 // in a locked section): tens of nanoseconds, unless the owner lost its CPU there (more threads
 // than cores), so every OWNER_WAIT_SPINS-th step yields the CPU.
@@ -213,6 +229,7 @@ static __attribute__((noinline)) void stop_caches(cci_allocator *a)
         fold_cache(a, tc);
         a->st.num_fence_records += tc->held.records;  // fences of its kept frees (tcache_fenced.c)
         tc->held.records = 0;
+        fold_declined(a, tc);
         // The batch doors hear of the fast paths' events now, before any event of this section
         // (which they are told at once: cci__notify_full), so that inside a locked section a batch
         // observer has seen every event before it (cci_batch_fn).
@@ -261,8 +278,10 @@ void cci__lock(cci_allocator *a)
         return;
     if (tcs == mine && !mine->next && !mine->dirty && mine->log_at == mine->log && !mine->nhanded) {
         // The only cache is this thread's, and no fast path ran since the last stop (set aside,
-        // the mixed workload's case, or every call missed): nothing to fold, swap or tell.
+        // the mixed workload's case, or every call missed): nothing to fold, swap or tell but
+        // what it declined.
         atomic_store_explicit(&mine->gate, GATE_STOPPED, memory_order_relaxed);
+        fold_declined(a, mine);
         return;
     }
     stop_caches(a);

@@ -37,7 +37,13 @@
     X(num_fence_waits, 0)                                                                          \
     X(num_fence_catch_ups, 0)                                                                      \
     X(num_fence_slack_grows, 0)                                                                    \
-    X(fence_slack_bytes, 0)
+    X(fence_slack_bytes, 0)                                                                        \
+    X(num_locked_allocs, 0)                                                                        \
+    X(num_locked_frees, 0)                                                                         \
+    X(tc_declined_credit, 0)                                                                       \
+    X(tc_declined_kept_wait, 0)                                                                    \
+    X(tc_declined_busy, 0)                                                                         \
+    X(tc_declined_keep_full, 0)
 
 /// What the device's own calls cost the host (uint64_t, only ever grow; ours alone, not PyTorch
 /// keys), filled in by the backend when the copy is made (backend.h, costs), never counted by the

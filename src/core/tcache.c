@@ -113,8 +113,8 @@ static inline __attribute__((always_inline)) mag_class *class_holding(cci_tc *tc
 }
 
 // Inside the gate: the last block freed into the class of `rounded` on `stream`, handed out if
-// the credits cover it. CCI_OK, MAG_MISS, CCI_ENOTOURS (a hit the credits could not cover) or
-// LOG_FULL.
+// the credits cover it. CCI_OK, MAG_MISS, CREDIT_SHORT (a hit the credits could not cover),
+// HELD_WAIT or LOG_FULL.
 static inline __attribute__((always_inline)) int alloc_in_gate(cci_allocator *a, cci_tc *tc, size_t rounded,
                                                                size_t requested, uint64_t stream,
                                                                uintptr_t *out)
@@ -129,7 +129,7 @@ static inline __attribute__((always_inline)) int alloc_in_gate(cci_allocator *a,
     credits after;
     alloc_delta(b, m, top, requested, &v);
     if (!covered(tc, &v, ALLOCATING, &after))
-        return CCI_ENOTOURS;
+        return CREDIT_SHORT;
     if (!log_has_room(a, tc))
         return LOG_FULL;
     m->n = top;
@@ -163,6 +163,8 @@ static inline int alloc_answer(cci_tc *tc, int rc)
 {
     if (rc == CCI_OK || rc == MAG_MISS)
         count_window(tc, rc == CCI_OK);
+    else
+        tc_declined(tc, rc);
     return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
 }
 
@@ -170,7 +172,7 @@ static int try_alloc(cci_allocator *a, cci_tc *tc, size_t rounded, size_t reques
                      uintptr_t *out)
 {
     if (!enter(tc))
-        return CCI_ENOTOURS;
+        return GATE_BUSY;
     int rc = alloc_in_gate(a, tc, rounded, requested, stream, out);
     if (rc == LOG_FULL && log_to_batch(a, tc))
         rc = alloc_in_gate(a, tc, rounded, requested, stream, out);  // the same choice, with room now
@@ -233,7 +235,8 @@ static inline __attribute__((always_inline)) int class_for_free(const cci_tc *tc
 }
 
 // Puts b, freed on its own stream, into a magazine of the thread, if one has room and the change
-// is within the thread's credits. CCI_OK, or CCI_ENOTOURS for the locked path.
+// is within the thread's credits. CCI_OK, or CCI_ENOTOURS (no class has room) or CREDIT_SHORT
+// for the locked path.
 static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, cci_tc *tc, cci_block *b, uint64_t stream)
 {
     size_t size = b->size;
@@ -245,7 +248,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
     credits after;
     free_delta(a, b, split_on_free(b), &v);
     if (!covered(tc, &v, FREEING, &after))
-        return CCI_ENOTOURS;
+        return CREDIT_SHORT;
     int n = m->n;
     m->size = size;
     m->stream = stream;
@@ -267,7 +270,7 @@ static inline __attribute__((always_inline)) int cache_block(cci_allocator *a, c
 }
 
 // Inside the gate: b, allocated by this thread on `stream`, into a magazine. CCI_OK, CCI_ENOTOURS
-// (not a block this thread may free here: the locked path answers) or LOG_FULL.
+// (not a block this thread may free here: the locked path answers), CREDIT_SHORT or LOG_FULL.
 static inline __attribute__((always_inline)) int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr,
                                                               uint64_t stream)
 {
@@ -294,7 +297,7 @@ static __attribute__((noinline, cold)) int free_general(cci_allocator *a, cci_tc
         cci_allocator_flush_events(a);  // a stop that moves no block
         rc = try_free(a, tc, ptr, stream);
     }
-    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+    return free_answer(tc, rc);
 }
 
 // An inline free once entered, compiled apart for each entry as alloc_entered is.
@@ -305,7 +308,7 @@ static inline __attribute__((always_inline)) int free_entered(cci_allocator *a, 
     leave_inline(tc, solo);
     if (__builtin_expect(rc == LOG_FULL, 0))
         return free_general(a, tc, ptr, stream);  // from the start, as if it came now
-    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+    return free_answer(tc, rc);
 }
 
 int cci__tc_free(cci_allocator *a, uintptr_t ptr, uint64_t stream)

@@ -287,6 +287,35 @@ static inline int log_to_batch(cci_allocator *a, cci_tc *tc)
 // whose every reuse comes from its kept batches would be set aside between two of them.
 #define HELD_WAIT 3
 
+// A fast path's answer when another thread's stop outlasted the wait at the gate (enter).
+#define GATE_BUSY 4
+// A fast path's answer when the thread's credits did not cover the change (covered).
+#define CREDIT_SHORT 5
+// A fenced free's answer when the thread's kept batches are at their bounds (tcache_fenced.c).
+#define KEEP_FULL 6
+
+// A fast path's answer that sends its operation to the lock, counted by why (cci_stats'
+// tc_declined_*). Out of line: the served path never calls it.
+static __attribute__((noinline, cold, unused)) void tc_declined(cci_tc *tc, int rc)
+{
+    int k = rc == CREDIT_SHORT ? TC_DECLINED_CREDIT
+            : rc == HELD_WAIT  ? TC_DECLINED_KEPT_WAIT
+            : rc == GATE_BUSY  ? TC_DECLINED_BUSY
+            : rc == KEEP_FULL  ? TC_DECLINED_KEEP_FULL
+                               : -1;
+    if (k >= 0)
+        atomic_store_explicit(&tc->declined[k], atomic_load_explicit(&tc->declined[k], memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+}
+
+// A free's answer from its step's.
+static inline int free_answer(cci_tc *tc, int rc)
+{
+    if (__builtin_expect(rc != CCI_OK, 0))
+        tc_declined(tc, rc);
+    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+}
+
 // A free's step inside the gate (`step`: a magazine's or a kept batch's), the stop waited out, and
 // once more after a full log went to the batch doors. Inlined with its constant step: a direct call.
 typedef int (*tc_free_step)(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream);
@@ -294,7 +323,7 @@ static inline __attribute__((always_inline)) int tc_free_gated(cci_allocator *a,
                                                                uint64_t stream, tc_free_step step)
 {
     if (!enter(tc))
-        return CCI_ENOTOURS;
+        return GATE_BUSY;
     int rc = step(a, tc, ptr, stream);
     if (rc == LOG_FULL && log_to_batch(a, tc))
         rc = step(a, tc, ptr, stream);  // the same choice, with room now

@@ -127,7 +127,7 @@ int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requ
     if (!covered(tc, &v, ALLOCATING, &after)) {
         b->pend_next = h->passed;  // the locked path serves it, from the free set once drained
         h->passed = b;
-        return CCI_ENOTOURS;
+        return CREDIT_SHORT;
     }
     spend(tc, &v, ALLOCATING, &after);
     h->nheld--;
@@ -142,16 +142,18 @@ int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requ
     return CCI_OK;
 }
 
-// Inside the gate: b, this thread's, into the open batch. CCI_OK, CCI_ENOTOURS or LOG_FULL.
+// Inside the gate: b, this thread's, into the open batch. CCI_OK, CCI_ENOTOURS (not a block it
+// keeps), KEEP_FULL, CREDIT_SHORT or LOG_FULL.
 static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t stream)
 {
     cci_block *b = tc->recent;
     if (b->addr != ptr)
         b = cci_live_find(&tc->table, ptr);
     tc_held *h = &tc->held;
-    if (!b || b->state != BLOCK_ALLOCATED || !b->small || h->no_fence || h->nopen >= HELD_BATCH ||
-        h->bytes + b->size > HELD_MAX_BYTES)
+    if (!b || b->state != BLOCK_ALLOCATED || !b->small)
         return CCI_ENOTOURS;
+    if (h->no_fence || h->nopen >= HELD_BATCH || h->bytes + b->size > HELD_MAX_BYTES)
+        return KEEP_FULL;
     if (!log_has_room(a, tc))
         return LOG_FULL;
     // No merge is foreseen: like a block behind the allocator's fences, a kept block joins no free
@@ -162,7 +164,7 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
     credits after;
     free_delta(a, b, (kind_pair){0, 0}, &v);
     if (!covered(tc, &v, FREEING, &after))
-        return CCI_ENOTOURS;
+        return CREDIT_SHORT;
     spend(tc, &v, FREEING, &after);
     __atomic_store_n(&b->state, BLOCK_KEPT, __ATOMIC_RELAXED);
     b->pend_next = NULL;
@@ -202,7 +204,7 @@ int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream)
         cci_allocator_flush_events(a);  // a stop that moves no block
         rc = try_free(a, tc, ptr, stream);
     }
-    return rc == CCI_OK ? CCI_OK : CCI_ENOTOURS;
+    return free_answer(tc, rc);
 }
 
 // ---- the locked side ------------------------------------------------------------------------

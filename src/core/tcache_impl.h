@@ -76,6 +76,9 @@ _Static_assert(sizeof(mag_class) == 128 || sizeof(void *) != 8, "a magazine clas
 
 typedef cci_fast_event tc_event;
 
+// Why a fast path sent an operation to the lock (cci_stats.tc_declined_*).
+enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_KEEP_FULL, TC_DECLINED_KINDS };
+
 // Fenced frees a thread keeps (tcache_fenced.c): small blocks freed with CCI_FREE_FENCED wait in
 // the thread's own batches for their fence instead of in the allocator's, so that a thread's
 // malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread:
@@ -160,6 +163,10 @@ struct cci_tc {
     unsigned window, window_hits;  // allocations asked of the fast path in this window, and served
     int no_credit;             // its credits are all 0 (set aside and alone: hand_out_credits)
     tc_held held;              // fenced frees kept by the thread (tcache_fenced.c)
+    // Why the fast paths sent operations to the lock (tc_declined), by TC_DECLINED_* kind. Written
+    // by the owner alone, at any time (relaxed stores); a stop reads them and adds what is new.
+    _Atomic uint64_t declined[TC_DECLINED_KINDS];
+    uint64_t declined_folded[TC_DECLINED_KINDS];  // what the stops have added (the stopper's)
 };
 
 // The log empty (a new or swapped-in log, or one handed to the batch doors).

@@ -426,17 +426,23 @@ static void test_held_reuse_only_after_fence(void)
     uintptr_t p[HELD_BATCH], q[4];
     for (int i = 0; i < HELD_BATCH; i++)
         p[i] = must_alloc(&f, HELD_SIZE, 0);
+    uint64_t locked_frees = stats(&f)->num_locked_frees;
     for (int i = 0; i < HELD_BATCH; i++)
         CHECK(cci_free(f.a, p[i], 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
     CHECK_EQ_U(stats(&f)->num_fence_records, 1, "the thread's batch went behind one fence at once");
     CHECK_EQ_U(f.requested, HELD_BATCH, "each free told as requested");
     CHECK_EQ_U(f.completed, 0, "none completed before the fence");
     CHECK_EQ_U(f.st.allocated_bytes[CCI_POOL_ALL].current, 0, "counted as freed");
+    uint64_t locked = f.st.num_locked_allocs, waited = f.st.tc_declined_kept_wait;
+    CHECK_EQ_U(f.st.num_locked_frees, locked_frees, "every fenced free kept without the lock");
     for (int i = 0; i < 4; i++) {
         q[i] = must_alloc(&f, HELD_SIZE, 0);
         CHECK(!among(p, HELD_BATCH, q[i]), "a block behind the unpassed fence is not handed out");
     }
     CHECK_EQ_U(stats(&f)->num_fence_waits, 0, "no host wait for it either");
+    CHECK_EQ_U(f.st.num_locked_allocs - locked, 4, "each such allocation took the lock");
+    CHECK_EQ_U(f.st.tc_declined_kept_wait - waited, 4, "and was counted as declined for the fence");
+    locked = f.st.num_locked_allocs;
     uint64_t segs = f.st.num_device_alloc;
     cci_sim_complete(f.sim, CCI_STREAM_ALL);
     uintptr_t r[HELD_BATCH];
@@ -445,6 +451,7 @@ static void test_held_reuse_only_after_fence(void)
         CHECK(among(p, HELD_BATCH, r[i]), "allocation %d reuses a block of the passed batch", i);
     }
     CHECK_EQ_U(stats(&f)->num_device_alloc, segs, "without growing the pool");
+    CHECK_EQ_U(f.st.num_locked_allocs, locked, "and without the lock");
     CHECK_EQ_U(f.st.num_fence_waits, 0, "and without a host wait");
     CHECK_EQ_U(f.completed, HELD_BATCH, "every block told as completed");
     for (int i = 0; i < HELD_BATCH; i++)
