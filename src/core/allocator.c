@@ -309,6 +309,19 @@ static int should_split(const cci_allocator *a, const cci_block *b, size_t round
 }
 
 // Hands out b (taken from the free set or fresh from a segment) for a request.
+// The figures of a block handed out for `requested` bytes, and its event.
+static void count_alloc(cci_allocator *a, const cci_block *b, size_t requested)
+{
+    stat_pool_inc(a->st.allocation, b->small, 1);
+    stat_pool_inc(a->st.allocated_bytes, b->small, (int64_t)b->size);
+    stat_pool_inc(a->st.active, b->small, 1);
+    stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
+    stat_pool_inc(a->st.requested_bytes, b->small, (int64_t)requested);
+    if (is_oversize(a, b->size))
+        stat_inc(&a->st.oversize_allocations, 1);
+    notify(a, CCI_EV_ALLOC, b->stream, b->addr, b->size, requested);
+}
+
 static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t requested)
 {
     int was_split = !is_whole(b);
@@ -340,14 +353,7 @@ static int hand_out(cci_allocator *a, cci_block *b, size_t rounded, size_t reque
         free_block(a, b);
         return CCI_EOOM;
     }
-    stat_pool_inc(a->st.allocation, b->small, 1);
-    stat_pool_inc(a->st.allocated_bytes, b->small, (int64_t)b->size);
-    stat_pool_inc(a->st.active, b->small, 1);
-    stat_pool_inc(a->st.active_bytes, b->small, (int64_t)b->size);
-    stat_pool_inc(a->st.requested_bytes, b->small, (int64_t)requested);
-    if (is_oversize(a, b->size))
-        stat_inc(&a->st.oversize_allocations, 1);
-    notify(a, CCI_EV_ALLOC, b->stream, b->addr, b->size, requested);
+    count_alloc(a, b, requested);
     return CCI_OK;
 }
 
@@ -425,6 +431,19 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     cci__tc_drain_mine(a);
     if (__builtin_expect(a->fenced_count != 0, 0) && ++a->fence_tick >= FENCE_TICK)
         cci__fenced_tick(a);
+    // A passed block this thread keeps for the size (its fast path was short of credit): served
+    // here, still the thread's. Handing its passed blocks to the free set instead had left the
+    // thread nothing passed, so that its next allocations, a batch's worth, came here too: at
+    // eight threads on an H200 (2026-11-28) each such lock was followed by ~25 more.
+    cci_block *kept = cci__tc_held_take(a, rounded, stream);
+    if (kept) {
+        kept->state = BLOCK_ALLOCATED;
+        kept->requested = size;
+        count_alloc(a, kept, size);  // (no merge was foreseen at its free: tcache_fenced.c)
+        *out = kept->addr;
+        cci__unlock(a);
+        return CCI_OK;
+    }
     cci_block *b = take_free_block_inline(a, rounded, small, stream);
     size_t fit = b ? b->size : SIZE_MAX;
     // (Only other threads' magazines are searched: none when the only cache is this thread's.)

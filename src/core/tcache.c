@@ -46,8 +46,8 @@ static __attribute__((noinline)) void drain_cache(cci_allocator *a, cci_tc *tc, 
 {
     FOR_EACH_CLASS(c, tc->filled)
         drain_class(a, tc, (int)c);
-    if (tc->held.nheld)
-        cci__tc_held_drain(a, tc, all);
+    if (all && tc->held.nheld)
+        cci__tc_held_drain(a, tc);
 }
 
 void cci__tc_drain_all(cci_allocator *a)
@@ -59,7 +59,7 @@ void cci__tc_drain_all(cci_allocator *a)
 void cci__tc_drain_mine(cci_allocator *a)
 {
     cci_tc *tc = a->tc_mine;
-    if (tc && (tc->filled || tc->held.nheld))
+    if (tc && tc->filled)
         drain_cache(a, tc, 0);
 }
 

@@ -16,9 +16,10 @@
 //     batch's blocks serve this thread's allocations of their size on their stream.
 // The rule is the locked path's, batch for batch: no block is handed out before a fence recorded
 // after its free has passed. What stays apart from the allocator is bounded (HELD_MAX_BYTES, small
-// blocks only) and goes back to it at stops: a locked allocation of the thread takes the passed
-// blocks into the free set; empty_cache, layouts, thread exit and the last resort before an OOM
-// take everything, the unpassed blocks into the allocator's open batch.
+// blocks only) and goes back to it whole: before the pool would grow past the kept batches'
+// allowance, and at empty_cache, layouts, thread exit and the last resort before an OOM, the
+// unpassed blocks into the allocator's open batch. A locked allocation of the thread takes only a
+// passed block of its size (cci__tc_held_take) and leaves the rest with the thread.
 //
 // Events: a kept free is logged as its request (CCI_FAST_FENCED), its completion when the
 // thread finds its fence passed (CCI_FAST_COMPLETED), or at the stop that completes it.
@@ -225,7 +226,7 @@ static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int complet
     }
 }
 
-void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
+void cci__tc_held_drain(cci_allocator *a, cci_tc *tc)
 {
     tc_held *h = &tc->held;
     cci_block *passed = h->passed;
@@ -239,26 +240,36 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all)
         b->state = BLOCK_ALLOCATED;
         cci__release_cached(a, b, 0, 0);
     }
-    // The closed batches, oldest first, while their fences have passed; all of them when `all`.
+    // The closed batches, oldest first: completed where their fence has passed, else into the
+    // allocator's open batch, as is the open batch (no fence yet), which it fences with its own
+    // frees.
     while (h->nclosed) {
         int p = fence_passed(a, h->closed[0].fence);
-        if (p <= 0 && !all)
-            break;
         a->fences->release(a->be.ctx, a->device, h->closed[0].fence);
         cci_block *head = h->closed[0].head;
         drop_oldest(h);
         release_list(a, tc, head, p == 1);
     }
-    // The open batch has no fence yet. A locked allocation of the thread leaves it (handing it
-    // over at each miss would take every batch apart before it filled); a full drain gives it to
-    // the allocator's open batch, which fences it with its own frees.
-    if (!all)
-        return;
     cci_block *open = h->open;
     h->open = h->open_tail = NULL;
     h->nopen = 0;
     release_list(a, tc, open, 0);
     h->no_fence = 0;
+}
+
+cci_block *cci__tc_held_take(cci_allocator *a, size_t rounded, uint64_t stream)
+{
+    cci_tc *tc = a->tc_mine;
+    if (!tc || !tc->held.passed)
+        return NULL;
+    // (The closed batches are the fast path's to advance: their completions go to its log.)
+    tc_held *h = &tc->held;
+    cci_block *b = take_passed(h, rounded, stream);
+    if (b) {
+        h->nheld--;
+        h->bytes -= b->size;
+    }
+    return b;
 }
 
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
@@ -276,7 +287,7 @@ int cci__tc_held_give_mine(cci_allocator *a)
     cci_tc *tc = a->tc_mine;
     if (!tc || !tc->held.nheld)
         return 0;
-    cci__tc_held_drain(a, tc, 1);
+    cci__tc_held_drain(a, tc);
     return 1;
 }
 

@@ -224,9 +224,9 @@ static inline void set_fast(cci_allocator *a, int on) { __atomic_store_n(&a->tc_
 /// MAG_MISS, HELD_WAIT, CCI_ENOTOURS (the credits) or LOG_FULL (tcache_fast.h).
 int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requested, uint64_t stream,
                        uintptr_t *out);
-/// Lock held: the passed blocks back to the free set, the closed batches whose fence has passed
-/// too; with `all` every block, the unpassed ones into the allocator's open batch.
-void cci__tc_held_drain(cci_allocator *a, cci_tc *tc, int all);
+/// Lock held: every kept block back to the allocator: the passed ones and those whose fence has
+/// passed to the free set, the others into the allocator's open batch.
+void cci__tc_held_drain(cci_allocator *a, cci_tc *tc);
 /// The allocator forgets every block: the kept batches go, their fences released.
 void cci__tc_held_forget(cci_allocator *a, cci_tc *tc);
 

@@ -461,6 +461,52 @@ static void test_held_reuse_only_after_fence(void)
     done(&f);
 }
 
+// A locked allocation of the thread leaves its passed blocks with it: one of another size (its
+// magazines and kept blocks miss), then one of the kept size short of credit (a peak reset leaves
+// no room under any peak), each take the lock, and the thread's next allocations of the kept size
+// are still served from its passed blocks, without the lock. Had a locked allocation handed the
+// passed blocks to the free set, every one of those would have taken the lock too.
+static void test_held_stay_at_locked_allocation(void)
+{
+    fixture f;
+    make(&f, (size_t)8 << 30, 1000);
+    cci_allocator_thread_cache(f.a, 1);
+    raise_split_peak(&f, HELD_SIZE, 2 * HELD_BATCH);
+    uintptr_t p[HELD_BATCH], r[3];
+    for (int i = 0; i < HELD_BATCH; i++)
+        p[i] = must_alloc(&f, HELD_SIZE, 0);
+    for (int i = 0; i < HELD_BATCH; i++)
+        CHECK(cci_free(f.a, p[i], 0, CCI_FREE_FENCED) == CCI_OK, "fenced free");
+    cci_sim_complete(f.sim, CCI_STREAM_ALL);
+    r[0] = must_alloc(&f, HELD_SIZE, 0);  // the batch passes and joins the passed blocks
+    CHECK(among(p, HELD_BATCH, r[0]), "served from the passed batch");
+    uint64_t locked = stats(&f)->num_locked_allocs;
+    uintptr_t other = must_alloc(&f, 4 * HELD_SIZE, 0);
+    CHECK_EQ_U(stats(&f)->num_locked_allocs - locked, 1, "another size takes the lock");
+    cci_alloc_reset_peaks(f.a);
+    uintptr_t short_of_credit = must_alloc(&f, HELD_SIZE, 0);
+    CHECK_EQ_U(stats(&f)->num_locked_allocs - locked, 2, "so does one short of credit");
+    CHECK(among(p, HELD_BATCH, short_of_credit), "which the lock serves from the thread's passed blocks");
+    CHECK_EQ_U(f.st.allocation[CCI_POOL_ALL].current, 3, "counted as handed out");
+    CHECK_EQ_U(f.st.active_bytes[CCI_POOL_ALL].current, (uint64_t)(6 * HELD_SIZE), "active bytes too");
+    // Room under the new peaks for three allocations again: these three freed (into the open
+    // batch, so the next allocations can come only from the passed blocks).
+    CHECK(cci_free(f.a, short_of_credit, 0, CCI_FREE_FENCED) == CCI_OK, "free");
+    CHECK(cci_free(f.a, other, 0, CCI_FREE_FENCED) == CCI_OK, "free");
+    CHECK(cci_free(f.a, r[0], 0, CCI_FREE_FENCED) == CCI_OK, "free");
+    uintptr_t first = r[0];
+    locked = stats(&f)->num_locked_allocs;
+    for (int i = 0; i < 3; i++) {
+        r[i] = must_alloc(&f, HELD_SIZE, 0);
+        CHECK(among(p, HELD_BATCH, r[i]), "allocation %d still from the passed batch", i);
+        CHECK(r[i] != short_of_credit && r[i] != first, "and not one just freed");
+    }
+    CHECK_EQ_U(stats(&f)->num_locked_allocs, locked, "without the lock");
+    for (int i = 0; i < 3; i++)
+        CHECK(cci_free(f.a, r[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    done(&f);
+}
+
 // What a thread keeps goes back whole at empty_cache: the unpassed blocks through the allocator's
 // own fences, counted once (active and allocated both back to 0), and the pool empties.
 static void test_held_empty_cache(void)
@@ -626,6 +672,7 @@ int main(void)
     test_pair_loop_fences();
     test_cross_stream_free();
     test_held_reuse_only_after_fence();
+    test_held_stay_at_locked_allocation();
     test_held_empty_cache();
     test_held_grows_while_filling();
     test_held_threads();
