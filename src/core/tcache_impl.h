@@ -82,9 +82,9 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 // Fenced frees a thread keeps (tcache_fenced.c): small blocks freed with CCI_FREE_FENCED wait in
 // the thread's own batches for their fence instead of in the allocator's, so that a thread's
 // malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread:
-#define HELD_BATCH 32                    // blocks behind one fence
+#define HELD_BATCH 64                    // blocks behind one fence
 #define HELD_CLOSED 3                    // batches behind their fence at once
-#define HELD_MAX_BYTES ((size_t)8 << 20)  // bytes held at once: open, closed and passed
+#define HELD_MAX_BYTES ((size_t)16 << 20)  // bytes held at once: open, closed and passed
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
 
 typedef struct {

@@ -33,8 +33,8 @@
 #define POOL 32
 #define N ((size_t)1 << 16)
 // Small segments (2 MiB) the pool may grow by for a thread's own fenced batches (tcache_impl.h's
-// HELD_MAX_BYTES, 8 MiB) before they go back to the allocator's policy.
-#define KEPT_SEGMENTS 4
+// HELD_MAX_BYTES, 16 MiB) before they go back to the allocator's policy.
+#define KEPT_SEGMENTS 8
 #define PAIRS 400
 
 static cudaStream_t pool[POOL];
