@@ -187,6 +187,10 @@ int cci__fenced_harvest(cci_allocator *a, int ask);
 /// The same without closing the open batch (no fence recorded): only the closed batches whose
 /// fence has passed become reusable. 1 when some did.
 int cci__fenced_poll(cci_allocator *a, int ask);
+/// Whether fence f has passed: 1 (ordered by a later order, backend.h's orders, or found passed),
+/// 0 (pending, or a poll in passing put off), < 0 (the device cannot vouch for it). Safe without
+/// the lock (the thread caches' kept batches ask their own fences).
+int cci__fence_passed(const cci_allocator *a, cci_fence f, int ask);
 /// Could a pending block (in the open batch or a closed one), with its free and pending
 /// neighbours, hold a request of this pool and stream in a run smaller than `fit`? Nothing is
 /// asked of the device.

@@ -152,21 +152,23 @@ int cci__fenced_harvest(cci_allocator *a, int ask)
     return cci__fenced_poll(a, ask) || ordered;
 }
 
+int cci__fence_passed(const cci_allocator *a, cci_fence f, int ask)
+{
+    const cci_backend_fence_ops *ops = a->fences;
+    // Ordered by a later fence_ops.order (it covers every fence recorded before it): passed
+    // without asking the device anything.
+    if (ops->orders && ops->orders(a->be.ctx, a->device, f) == 1)
+        return 1;
+    int q = (ask == CCI_ASK_IN_PASSING && ops->poll ? ops->poll : ops->query)(a->be.ctx, a->device, f);
+    return q == CCI_FENCE_PUT_OFF ? 0 : q;
+}
+
 int cci__fenced_poll(cci_allocator *a, int ask)
 {
-    int (*q_fn)(void *, int, cci_fence) =
-        ask == CCI_ASK_IN_PASSING && a->fences->poll ? a->fences->poll : a->fences->query;
     int got = 0;
     while (a->fb_head) {
-        // Ordered by a later fence_ops.order (it covers every fence recorded before it): reusable
-        // without asking the device anything.
-        if (a->fences->orders && a->fences->orders(a->be.ctx, a->device, a->fb_head->fence) == 1) {
-            complete_oldest(a);
-            got = 1;
-            continue;
-        }
-        int q = q_fn(a->be.ctx, a->device, a->fb_head->fence);
-        if (q == 0 || q == CCI_FENCE_PUT_OFF)
+        int q = cci__fence_passed(a, a->fb_head->fence, ask);
+        if (q == 0)
             break;  // fences pass in record order: the newer ones are pending too (or not asked)
         if (q < 0) {
             defer_oldest(a);

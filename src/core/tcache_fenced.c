@@ -27,15 +27,10 @@
 
 #include <stddef.h>
 
-// A fence passed: ordered by a later order (backend.h, orders), or asked in passing.
-// 1 passed, 0 not yet (or put off), < 0 the device cannot vouch for it.
+// A kept batch's fence, asked in passing (fenced.c): 1 passed, 0 not yet, < 0 cannot vouch.
 static int fence_passed(const cci_allocator *a, cci_fence f)
 {
-    const cci_backend_fence_ops *ops = a->fences;
-    if (ops->orders && ops->orders(a->be.ctx, a->device, f) == 1)
-        return 1;
-    int q = (ops->poll ? ops->poll : ops->query)(a->be.ctx, a->device, f);
-    return q == CCI_FENCE_PUT_OFF ? 0 : q;
+    return cci__fence_passed(a, f, CCI_ASK_IN_PASSING);
 }
 
 // The open batch behind a fence, if a closed slot is free. A failed record keeps it open and
@@ -210,8 +205,15 @@ int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream)
 
 // ---- the locked side ------------------------------------------------------------------------
 
-// Lock held: a list of held blocks leaves the thread, completed or into the open batch.
-static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int completed)
+// Where a list of kept blocks goes when it leaves the thread (release_list).
+enum {
+    TO_PENDING,    // into the allocator's open batch: its fence has not passed
+    TO_FREE,       // to the free set, its completion told now
+    TO_FREE_TOLD,  // to the free set, its completion told already (the thread found it passed)
+};
+
+// Lock held: a list of kept blocks leaves the thread.
+static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int to)
 {
     tc_held *h = &tc->held;
     for (cci_block *n; b; b = n) {
@@ -219,10 +221,14 @@ static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int complet
         h->nheld--;
         h->bytes -= b->size;
         table_remove(tc, b);
-        if (completed)
-            cci__complete_held(a, b);
-        else
+        if (to == TO_PENDING) {
             cci__release_held_pending(a, b);
+        } else if (to == TO_FREE) {
+            cci__complete_held(a, b);
+        } else {
+            b->state = BLOCK_ALLOCATED;
+            cci__release_cached(a, b, 0, 0);  // no merge foreseen (free_in_gate)
+        }
     }
 }
 
@@ -231,15 +237,7 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc)
     tc_held *h = &tc->held;
     cci_block *passed = h->passed;
     h->passed = NULL;
-    // Told as completed when the thread found them passed: back to the free set, no event.
-    for (cci_block *b = passed, *n; b; b = n) {
-        n = b->pend_next;
-        h->nheld--;
-        h->bytes -= b->size;
-        table_remove(tc, b);
-        b->state = BLOCK_ALLOCATED;
-        cci__release_cached(a, b, 0, 0);
-    }
+    release_list(a, tc, passed, TO_FREE_TOLD);
     // The closed batches, oldest first: completed where their fence has passed, else into the
     // allocator's open batch, as is the open batch (no fence yet), which it fences with its own
     // frees.
@@ -248,12 +246,12 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc)
         a->fences->release(a->be.ctx, a->device, h->closed[0].fence);
         cci_block *head = h->closed[0].head;
         drop_oldest(h);
-        release_list(a, tc, head, p == 1);
+        release_list(a, tc, head, p == 1 ? TO_FREE : TO_PENDING);
     }
     cci_block *open = h->open;
     h->open = h->open_tail = NULL;
     h->nopen = 0;
-    release_list(a, tc, open, 0);
+    release_list(a, tc, open, TO_PENDING);
     h->no_fence = 0;
 }
 
