@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Glue between the fake runtime's files: fake_cudart.c (initialisation,
- * memory, streams, ...) and fake_cudart_peer.c (peer access, pointer
- * attributes). Hidden symbols only: the version script exports cuda* and
- * fakecuda_* and nothing here.
+ * devices, streams, ...), fake_cudart_memory.c (memory, copies, fills),
+ * fake_cudart_peer.c (peer access, pointer attributes) and the others.
+ * Hidden symbols only: the version script exports cuda* and fakecuda_* and
+ * nothing here.
  */
 #ifndef FAKE_CUDART_INTERNAL_H
 #define FAKE_CUDART_INTERNAL_H
@@ -93,6 +94,16 @@ cudaError_t fcrt_enter(int *devp);
 /* A result, kept as the thread's last error unless it is a status. */
 cudaError_t fcrt_ret(cudaError_t e);
 cudaError_t fcrt_ret_drv(CUresult r);
+/* A driver result as the runtime's error, without recording it. */
+cudaError_t fcrt_map_error(CUresult r);
+
+/* fcrt_enter as a prologue: on failure, returns (and records) its error. */
+#define ENTER_OR_RETURN(devp)                \
+    do {                                     \
+        cudaError_t e_ = fcrt_enter(devp);   \
+        if (e_)                              \
+            return fcrt_ret(e_);             \
+    } while (0)
 /* The primary context of dev (0 <= dev < RT_MAX_DEVICES), retained once per
  * process, without making it current. */
 cudaError_t fcrt_primary(int dev, CUcontext *out);

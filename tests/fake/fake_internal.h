@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Fake CUDA driver (libcuda.so.1) for testing the interposer without a GPU:
- * the internals shared by its files (fake_cuda.c, fake_stream.c,
- * fake_event.c, fake_graph.c, fake_procs.c).
+ * the internals shared by its files (fake_cuda.c, fake_memory.c,
+ * fake_stream.c, fake_capture.c, fake_event.c, fake_graph.c, fake_procs.c).
  *
  * "Device memory" is host memory, so tests can look at the bytes and see
  * corruption. Streams are worker threads running FIFOs of host functions, so
@@ -238,16 +238,20 @@ extern _Thread_local struct CUctx_st *tls_ctx[FC_CTX_STACK];
 extern _Thread_local int tls_depth;
 extern _Thread_local struct per_thread_streams *tls_ptds;
 
-/* ---- fake_cuda.c: initialisation, contexts, memory ---- */
-extern const char k_ipc_magic[8]; /* first bytes of the IPC handles this fake makes */
+/* ---- fake_cuda.c: initialisation, devices, contexts ---- */
 void ensure_init(void);
 struct CUctx_st *current_ctx(void);
 CUresult need_ctx(int *dev);
 bool valid_ctx_locked(struct CUctx_st *c);
+void device_reset_locked(int dev);
+
+/* ---- fake_memory.c: the allocation table, cuMem* ---- */
+extern const char k_ipc_magic[8]; /* first bytes of the IPC handles this fake makes */
 struct alloc *alloc_exact_locked(uintptr_t p);
 struct alloc *alloc_containing_locked(uintptr_t p);
 CUresult mem_alloc_core(int dev, size_t size, CUdeviceptr *out);
-void device_reset_locked(int dev);
+/* Gives an allocation's host memory back; called unlocked, once it is off the table. */
+void host_free(const struct alloc *a);
 
 /* ---- fake_host.c: pinned host memory ---- */
 /* The pinned range (allocated or registered) holding p: its device, start and size. */
