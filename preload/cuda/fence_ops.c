@@ -13,8 +13,8 @@
 // barrier records instead one context event per device, which covers every stream of that
 // device's primary context at once. It needs no look at the non-blocking streams, only at the
 // retired events. Recorded inside the capture gate (its shared side) only: the call would
-// invalidate any capture of the context. A barrier keeps its legacy event: its place on the legacy stream is what orders
-// later work (a context event orders nothing after it).
+// invalidate any capture of the context. A barrier keeps its legacy event: its place on the legacy
+// stream is what orders later work (a context event orders nothing after it).
 #include "fence_impl.h"
 
 #include <limits.h>

@@ -102,22 +102,6 @@ void cci_pl_level_counts(uint64_t *runtime, uint64_t *driver)
         *driver = n[1];
 }
 
-typedef struct lock_share {
-    unsigned long long allocs, frees, credit, kept_wait, busy, keep_full;
-} lock_share;
-
-static void add_lock_share(int device, const cci_stats *s, void *arg)
-{
-    (void)device;
-    lock_share *t = arg;
-    t->allocs += s->num_locked_allocs;
-    t->frees += s->num_locked_frees;
-    t->credit += s->tc_declined_credit;
-    t->kept_wait += s->tc_declined_kept_wait;
-    t->busy += s->tc_declined_busy;
-    t->keep_full += s->tc_declined_keep_full;
-}
-
 void cci_pl_levels_summary(void)
 {
     uint64_t rt, drv;
@@ -125,11 +109,13 @@ void cci_pl_levels_summary(void)
     cci_log(CCI_LOG_INFO, "allocations served: %llu at runtime level (cudaMalloc...), %llu at "
             "driver level (cuMemAlloc_v2...)", (unsigned long long)rt, (unsigned long long)drv);
     // Where threads allocate at once, the lock's share is what limits them (tcache.h).
-    lock_share t = {0};
-    cci_state_each_stats(add_lock_share, &t);
+    cci_stats t;
+    cci_state_sum_counters(&t);
     cci_log(CCI_LOG_INFO, "under the allocator's lock: %llu allocations and %llu frees; the thread "
             "caches sent there %llu operations short of credit under a peak, %llu allocations "
             "while their kept frees waited for fences, %llu operations that found another "
             "thread's locked section in their way, %llu fenced frees their kept batches had no "
-            "room for", t.allocs, t.frees, t.credit, t.kept_wait, t.busy, t.keep_full);
+            "room for", (unsigned long long)t.num_locked_allocs, (unsigned long long)t.num_locked_frees,
+            (unsigned long long)t.tc_declined_credit, (unsigned long long)t.tc_declined_kept_wait,
+            (unsigned long long)t.tc_declined_busy, (unsigned long long)t.tc_declined_keep_full);
 }

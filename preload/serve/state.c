@@ -14,6 +14,7 @@
 #include "observers.h"
 
 #include "allocator_reset.h"
+#include "stats_list.h"
 
 _Atomic int cci__mode;
 cci_config cci__cfg;
@@ -136,6 +137,23 @@ void cci_state_each_stats(void (*fn)(int device, const cci_stats *s, void *arg),
         cci_alloc_stats(a, &s);
         fn(d, &s, arg);
     }
+}
+
+static void add_counters(int device, const cci_stats *s, void *arg)
+{
+    (void)device;
+    cci_stats *sum = arg;
+#define ADD_COUNTER(field, torch) sum->field += s->field;
+    CCI_STAT_COUNTERS(ADD_COUNTER)
+#undef ADD_COUNTER
+}
+
+void cci_state_sum_counters(cci_stats *out)
+{
+#define ZERO_COUNTER(field, torch) out->field = 0;
+    CCI_STAT_COUNTERS(ZERO_COUNTER)
+#undef ZERO_COUNTER
+    cci_state_each_stats(add_counters, out);
 }
 
 int cci_state_used(void)

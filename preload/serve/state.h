@@ -85,6 +85,9 @@ static inline cci_allocator *cci_state_allocator_peek(int device)
 /// Calls fn with a copy of the statistics of every device that has an allocator, in device order
 /// (the exit lines print from these).
 void cci_state_each_stats(void (*fn)(int device, const cci_stats *s, void *arg), void *arg);
+/// The event counts (stats_list.h's CCI_STAT_COUNTERS) summed over every device into *out; its
+/// other fields are left as they are.
+void cci_state_sum_counters(cci_stats *out);
 
 /// 1 when memory went through one of our allocators since start (or fork).
 int cci_state_used(void);

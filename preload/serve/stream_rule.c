@@ -206,27 +206,14 @@ void cci_rule_capture_begins(void)
     cci_capture_count_begin();
 }
 
-typedef struct fence_totals {
-    unsigned long long records, waits, syncs, catch_ups;
-} fence_totals;
-
-static void add_fence_totals(int device, const cci_stats *s, void *arg)
-{
-    (void)device;
-    fence_totals *t = arg;
-    t->records += s->num_fence_records;
-    t->waits += s->num_fence_waits;
-    t->catch_ups += s->num_fence_catch_ups;
-    t->syncs += s->num_sync_all_streams;
-}
-
 void cci_rule_log_exit(void)
 {
     if (cci_log_get_level() < CCI_LOG_INFO)
         return;
-    fence_totals t = {0};
-    cci_state_each_stats(add_fence_totals, &t);
-    unsigned long long records = t.records, waits = t.waits, syncs = t.syncs, catch_ups = t.catch_ups;
+    cci_stats t;
+    cci_state_sum_counters(&t);
+    unsigned long long records = t.num_fence_records, waits = t.num_fence_waits, syncs = t.num_sync_all_streams,
+                       catch_ups = t.num_fence_catch_ups;
     unsigned long made, live;
     cci_stream_registry_counts(&made, &live);
     int why = atomic_load(&reason);

@@ -571,17 +571,6 @@ static inline void stat_unadd(cci_stat *s, int64_t d)
         s->freed += d;
 }
 
-// Takes out the inactive-split change a thread cache's free foresaw (split, split_bytes: added to
-// `all` and the block's pool, as stat_pool adds).
-static void unadd_foreseen_split(cci_allocator *a, const cci_block *b, int split, int64_t split_bytes)
-{
-    int pool = pool_index(b->small);
-    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
-    stat_unadd(&a->st.inactive_split[pool], split);
-    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
-    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
-}
-
 void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t split_bytes)
 {
     // Its free was counted when the thread cached it (tcache.c): the allocation and active
@@ -590,7 +579,11 @@ void cci__release_cached(cci_allocator *a, cci_block *b, int split, int64_t spli
     // split_bytes, added to both pools as stat_pool adds): that comes out, and the merge made
     // now goes in. The same figures, current, peaks and running totals, as taking the whole
     // recorded free out and counting the locked free again.
-    unadd_foreseen_split(a, b, split, split_bytes);
+    int pool = pool_index(b->small);
+    stat_unadd(&a->st.inactive_split[CCI_POOL_ALL], split);
+    stat_unadd(&a->st.inactive_split[pool], split);
+    stat_unadd(&a->st.inactive_split_bytes[CCI_POOL_ALL], split_bytes);
+    stat_unadd(&a->st.inactive_split_bytes[pool], split_bytes);
     cci_live_remove(&a->live, b);
     merge_into_free_set(a, b);
 }

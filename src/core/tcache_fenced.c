@@ -27,12 +27,6 @@
 
 #include <stddef.h>
 
-// A kept batch's fence, asked in passing (fenced.c): 1 passed, 0 not yet, < 0 cannot vouch.
-static int fence_passed(const cci_allocator *a, cci_fence f)
-{
-    return cci__fence_passed(a, f, CCI_ASK_IN_PASSING);
-}
-
 // The open batch behind a fence, if a closed slot is free. A failed record keeps it open and
 // stops further kept frees until a stop hands it to the allocator (which defers what it cannot
 // fence).
@@ -67,7 +61,7 @@ static int advance(cci_allocator *a, cci_tc *tc)
     // Room for the completions and for the allocation's own record after them.
     if (a->nobs && tc->log_at + old->n + 1 > tc->log_end)
         return LOG_FULL;
-    int p = fence_passed(a, old->fence);
+    int p = cci__fence_passed(a, old->fence, CCI_ASK_IN_PASSING);
     if (p <= 0) {
         if (p < 0)
             h->no_fence = 1;  // the stop hands the batch to the allocator, which defers it
@@ -121,7 +115,7 @@ int cci__tc_alloc_held(cci_allocator *a, cci_tc *tc, size_t rounded, size_t requ
                .split = {0, 0}};  // a kept free foresaw no merge (free_in_gate)
     credits after;
     if (!covered(tc, &v, ALLOCATING, &after)) {
-        b->pend_next = h->passed;  // the locked path serves it, from the free set once drained
+        b->pend_next = h->passed;  // the locked path serves it from here (cci__tc_held_take)
         h->passed = b;
         return CREDIT_SHORT;
     }
@@ -242,7 +236,7 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc)
     // allocator's open batch, as is the open batch (no fence yet), which it fences with its own
     // frees.
     while (h->nclosed) {
-        int p = fence_passed(a, h->closed[0].fence);
+        int p = cci__fence_passed(a, h->closed[0].fence, CCI_ASK_IN_PASSING);
         a->fences->release(a->be.ctx, a->device, h->closed[0].fence);
         cci_block *head = h->closed[0].head;
         drop_oldest(h);
