@@ -33,7 +33,7 @@ extern "C" {
    4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths,
    managed memory, the allocations from other memory pools and the pinned host cache appended.
    6: the allocator lock's share of allocations and frees, and why the thread caches declined. */
-#define CCI_STATS_VERSION 6
+#define CCI_STATS_VERSION 7
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -169,6 +169,17 @@ typedef struct cci_stats {
                                          thread's locked section longer than a short spin */
     uint64_t tc_declined_keep_full; /**< small fenced frees the thread could not keep (its batches
                                          at their bounds, or a fence record failed) */
+    /* Version 7: the program's own virtual-memory allocations on the device (cuMemCreate +
+       cuMemAddressReserve + cuMemMap, as XLA makes every buffer), kept whole for reuse when the
+       program tears them down (CCI_KEEP_MAPPINGS; docs/interception-levels.md). */
+    cci_stat program_vmm_held_bytes;   /**< bytes of the handles the program holds */
+    cci_stat program_vmm_kept_bytes;   /**< torn-down buffers kept for reuse */
+    uint64_t program_vmm_creates;      /**< cuMemCreate calls for device memory */
+    uint64_t program_vmm_create_bytes; /**< their bytes */
+    uint64_t program_vmm_reused;       /**< of them answered with a kept buffer */
+    uint64_t program_vmm_reused_bytes; /**< their bytes */
+    uint64_t program_vmm_given_back;   /**< kept buffers given back to CUDA (room for a new one,
+                                            out of memory, cci_empty_cache, a device reset) */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -17,6 +17,7 @@
 #include "fence.h"
 #include "fence_watcher.h"
 #include "host_cache.h"
+#include "program_vmm.h"
 #include "intercept_runtime.h"
 #include "levels.h"
 #include "log.h"
@@ -114,6 +115,9 @@ static void start(void)
     if (s->bad_context_fences[0])
         cci_log(CCI_LOG_WARNING, "CCI_CONTEXT_FENCES=%s is not 0 or 1; context fences stay on",
                 s->bad_context_fences);
+    if (s->bad_keep_mappings[0])
+        cci_log(CCI_LOG_WARNING, "CCI_KEEP_MAPPINGS=%s is not 0 or 1; the program's own mappings stay "
+                "kept for reuse", s->bad_keep_mappings);
     if (s->bad_debug_unsafe[0])
         cci_log(CCI_LOG_WARNING, "CCI_DEBUG_UNSAFE=%s is not a comma-separated list of no-fences, "
                 "no-stream-rule; ignored", s->bad_debug_unsafe);
@@ -126,6 +130,7 @@ static void start(void)
         cci_capture_note_driver();
         cci_context_fences_start(s->context_fences);
         cci_host_cache_start(s);
+        cci_pvmm_start(s);
         pthread_atfork(fork_prepare, fork_parent, fork_child);
         cci_callsites_start(s);   // before any allocator exists: report_attach adds its observer
         cci_pl_report_start(s);
@@ -172,7 +177,7 @@ __attribute__((destructor)) static void at_exit(void)
     if (atomic_exchange(&done, 1))
         return;
     cci_trace_stop();
-    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || (!cci_state_used() && !cci_host_cache_used()))
+    if (atomic_load(&cci__mode) != CCI_MODE_ACTIVE || (!cci_state_used() && !cci_host_cache_used() && !cci_pvmm_used()))
         return;
     cci_pl_report_exit();
     cci_pl_levels_summary();

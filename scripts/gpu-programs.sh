@@ -71,14 +71,20 @@ proc() {
 
 # The preload's lines worth reading in a log: its exit lines and anything it warned about.
 preload_lines() {
-    grep -E '^ccinterpose\[[0-9]+\]: ' "$1" | grep -E 'allocations served|peak reserved|warning|error' | head -n "${2:-12}"
+    grep -E '^ccinterpose\[[0-9]+\]: ' "$1" | grep -E 'allocations served|own virtual-memory|peak reserved|warning|error' | head -n "${2:-12}"
 }
 
 # served LOG: '"served_runtime": R, "served_driver": D, ' summed over the exit lines in LOG (a
-# compiler the program started under the preload serves nothing), or nothing without such a line.
+# compiler the program started under the preload serves nothing), or nothing without such a line;
+# then, where the program made virtual-memory allocations of its own, '"vmm_creates": N,
+# "vmm_reused": M, "vmm_reused_pct": P, ' (the buffers answered with a kept one, and their share
+# of the bytes).
 served() {
     sed -n 's/.*allocations served: \([0-9]*\) at runtime level.*, \([0-9]*\) at driver level.*/\1 \2/p' "$1" |
         awk '{r += $1; d += $2; n++} END {if (n) printf "\"served_runtime\": %d, \"served_driver\": %d, ", r, d}'
+    sed -n 's/.*own virtual-memory allocations: \([0-9]*\) cuMemCreate (\([0-9.]*\) MiB), \([0-9]*\) answered with a kept buffer (\([0-9.]*\) %.*/\1 \2 \3 \4/p' "$1" |
+        awk '{c += $1; b += $2; u += $3; ub += $2 * $4 / 100; n++}
+             END {if (n) printf "\"vmm_creates\": %d, \"vmm_reused\": %d, \"vmm_reused_pct\": %.1f, ", c, u, b ? 100 * ub / b : 0}'
 }
 
 # ---- the JAX probe -------------------------------------------------------------------------------

@@ -196,6 +196,46 @@ typedef struct CUevent_st *CUevent;
     X(cuMemHostRegister_v2, OPTIONAL, (void *p, size_t size, unsigned flags), (p, size, flags)) \
     X(cuMemHostUnregister, OPTIONAL, (void *p), (p))
 
+/// The virtual-memory calls, wrapped too (serve/program_vmm.c keeps the program's own mappings for
+/// reuse); the backend's VMM group (cuda/vmm.c) calls the real ones. OPTIONAL: the backend offers
+/// CCI_CAP_VMM only when it found every one it needs; a wrapper whose real function is missing
+/// answers CUDA_ERROR_NOT_INITIALIZED.
+#define CCI_REAL_DRIVER_WRAPPED_VMM(X)                                                       \
+    X(cuMemAddressReserve, OPTIONAL,                                                         \
+      (CUdeviceptr * ptr, size_t size, size_t align, CUdeviceptr addr,                       \
+       unsigned long long flags),                                                            \
+      (ptr, size, align, addr, flags))                                                       \
+    X(cuMemAddressFree, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))               \
+    X(cuMemCreate, OPTIONAL,                                                                 \
+      (CUmemGenericAllocationHandle * h, size_t size, const CUmemAllocationProp *prop,       \
+       unsigned long long flags),                                                            \
+      (h, size, prop, flags))                                                                \
+    X(cuMemRelease, OPTIONAL, (CUmemGenericAllocationHandle h), (h))                         \
+    X(cuMemMap, OPTIONAL,                                                                    \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,          \
+       unsigned long long flags),                                                            \
+      (ptr, size, offset, h, flags))                                                         \
+    X(cuMemUnmap, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))                     \
+    X(cuMemSetAccess, OPTIONAL,                                                              \
+      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),             \
+      (ptr, size, desc, count))                                                              \
+    X(cuMemRetainAllocationHandle, OPTIONAL, (CUmemGenericAllocationHandle * h, void *addr), \
+      (h, addr))                                                                             \
+    X(cuMemExportToShareableHandle, OPTIONAL,                                                \
+      (void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags), \
+      (shareable, h, type, flags))                                                           \
+    X(cuMemGetHandleForAddressRange, OPTIONAL,                                               \
+      (void *handle, CUdeviceptr ptr, size_t size, int type, unsigned long long flags),      \
+      (handle, ptr, size, type, flags))                                                      \
+    X(cuMulticastBindMem, OPTIONAL,                                                          \
+      (CUmemGenericAllocationHandle mc, size_t mc_offset, CUmemGenericAllocationHandle h,    \
+       size_t offset, size_t size, unsigned long long flags),                                \
+      (mc, mc_offset, h, offset, size, flags))                                               \
+    X(cuMulticastBindAddr, OPTIONAL,                                                         \
+      (CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr, size_t size,      \
+       unsigned long long flags),                                                            \
+      (mc, mc_offset, ptr, size, flags))
+
 /// Driver functions that our driver-level wrappers (hooks_driver.c, resolver.c) stand in for.
 /// Only the exported names of the ABIs we implement: cuMemAlloc_v2 but never the 32-bit
 /// cuMemAlloc, and both spellings of the teardown calls (their signatures agree).
@@ -238,7 +278,8 @@ typedef struct CUevent_st *CUevent;
     X(cuMemPoolSetAttribute, OPTIONAL, (CUmemoryPool pool, int attr, void *value),           \
       (pool, attr, value))                                                                   \
     X(cuMemPoolTrimTo, OPTIONAL, (CUmemoryPool pool, size_t keep), (pool, keep))             \
-    CCI_REAL_DRIVER_WRAPPED_HOST(X)
+    CCI_REAL_DRIVER_WRAPPED_HOST(X)                                                          \
+    CCI_REAL_DRIVER_WRAPPED_VMM(X)
 
 /// Driver functions we only call: the device backend's, and the questions the wrappers ask.
 #define CCI_REAL_DRIVER_CALLED(X)                                                            \
@@ -275,25 +316,7 @@ typedef struct CUevent_st *CUevent;
     X(cuMemGetAllocationGranularity, OPTIONAL,                                               \
       (size_t * granularity, const CUmemAllocationProp *prop,                                \
        CUmemAllocationGranularity_flags option),                                             \
-      (granularity, prop, option))                                                           \
-    X(cuMemAddressReserve, OPTIONAL,                                                         \
-      (CUdeviceptr * ptr, size_t size, size_t align, CUdeviceptr addr,                       \
-       unsigned long long flags),                                                            \
-      (ptr, size, align, addr, flags))                                                       \
-    X(cuMemAddressFree, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))               \
-    X(cuMemCreate, OPTIONAL,                                                                 \
-      (CUmemGenericAllocationHandle * h, size_t size, const CUmemAllocationProp *prop,       \
-       unsigned long long flags),                                                            \
-      (h, size, prop, flags))                                                                \
-    X(cuMemRelease, OPTIONAL, (CUmemGenericAllocationHandle h), (h))                         \
-    X(cuMemMap, OPTIONAL,                                                                    \
-      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,          \
-       unsigned long long flags),                                                            \
-      (ptr, size, offset, h, flags))                                                         \
-    X(cuMemUnmap, OPTIONAL, (CUdeviceptr ptr, size_t size), (ptr, size))                     \
-    X(cuMemSetAccess, OPTIONAL,                                                              \
-      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),             \
-      (ptr, size, desc, count))
+      (granularity, prop, option))
 // ---- end of the VMM block -------------------------------------------------------------------
 
 typedef struct cci_real_driver {

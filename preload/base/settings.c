@@ -245,6 +245,8 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
                                       sizeof s->bad_fence_watcher);
     s->pinned_cache = read_on_switch(lookup("CCI_PINNED_CACHE"), s->bad_pinned_cache,
                                      sizeof s->bad_pinned_cache);
+    s->keep_mappings = read_on_switch(lookup("CCI_KEEP_MAPPINGS"), s->bad_keep_mappings,
+                                      sizeof s->bad_keep_mappings);
     s->context_fences = read_on_switch(lookup("CCI_CONTEXT_FENCES"), s->bad_context_fences,
                                        sizeof s->bad_context_fences);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));

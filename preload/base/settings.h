@@ -83,6 +83,10 @@ typedef struct cci_settings {
     // unset: the pinned host cache serves them.
     int pinned_cache;
     char bad_pinned_cache[64];      ///< a refused value ("" when none): the cache stays on
+    // CCI_KEEP_MAPPINGS=0 passes the program's own virtual-memory allocations straight through
+    // (serve/program_vmm.h); 1 or unset: torn-down ones are kept for reuse.
+    int keep_mappings;
+    char bad_keep_mappings[64];     ///< a refused value ("" when none): they stay kept
 } cci_settings;
 
 enum {

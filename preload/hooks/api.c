@@ -9,6 +9,7 @@
 #include "allocator.h"
 #include "export.h"
 #include "host_cache.h"
+#include "program_vmm.h"
 #include "real.h"
 #include "reporting.h"
 #include "state.h"
@@ -41,6 +42,7 @@ CCI_EXPORT int cci_get_stats(int device, cci_stats *out)
     else  // no pools yet, but CUDA may have handed out managed memory on the device
         cci_outside_stats(NULL, device, &s);
     cci_host_cache_stats(&s);  // process-wide, on every device
+    cci_pvmm_stats(device, &s);
     // A caller built against an older (smaller) or newer (larger) struct gets what both know.
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memset(out, 0, out->size);
@@ -58,6 +60,7 @@ CCI_EXPORT int cci_empty_cache(int device)
     if (a)
         cci_alloc_empty_cache(a);
     cci_host_cache_empty();  // pinned host memory belongs to no device: any device's call empties it
+    cci_pvmm_empty(device);
     return a || device_exists(device) ? 0 : -1;
 }
 

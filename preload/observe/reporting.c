@@ -18,6 +18,7 @@
 #include "callsites.h"
 #include "history.h"
 #include "host_cache.h"
+#include "program_vmm.h"
 #include "log.h"
 #include "real.h"
 #include "report.h"
@@ -144,6 +145,10 @@ static int dump(const char *pattern, const char *format, int force, cci_report_m
     if (cci_host_cache_used()) {  // the pinned host cache's section, the whole process's
         s.has_pinned = 1;
         cci_host_cache_stats(&s.pinned);
+    }
+    if (cci_pvmm_used()) {  // the program's own virtual-memory allocations, every device's
+        s.has_program_vmm = 1;
+        cci_pvmm_stats(-1, &s.program_vmm);
     }
     if (s.ndevices)           // the backend exists once an allocator does
         cci_report_fill_vmm_pool(&s, cci_cuda_backend());  // pages in the VMM pool, host data only

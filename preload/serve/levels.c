@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "log.h"
+#include "program_vmm.h"
 #include "settings.h"
 #include "state.h"
 
@@ -118,4 +119,15 @@ void cci_pl_levels_summary(void)
             "room for", (unsigned long long)t.num_locked_allocs, (unsigned long long)t.num_locked_frees,
             (unsigned long long)t.tc_declined_credit, (unsigned long long)t.tc_declined_kept_wait,
             (unsigned long long)t.tc_declined_busy, (unsigned long long)t.tc_declined_keep_full);
+    if (cci_pvmm_used()) {
+        cci_stats v;
+        cci_pvmm_stats(-1, &v);
+        cci_log(CCI_LOG_INFO, "the program's own virtual-memory allocations: %llu cuMemCreate (%.1f MiB), %llu "
+                "answered with a kept buffer (%.1f %% of the bytes), %llu kept buffers given back, %.1f MiB "
+                "kept at the peak", (unsigned long long)v.program_vmm_creates,
+                (double)v.program_vmm_create_bytes / 1048576.0, (unsigned long long)v.program_vmm_reused,
+                v.program_vmm_create_bytes ? 100.0 * (double)v.program_vmm_reused_bytes /
+                                                 (double)v.program_vmm_create_bytes : 0.0,
+                (unsigned long long)v.program_vmm_given_back, (double)v.program_vmm_kept_bytes.peak / 1048576.0);
+    }
 }

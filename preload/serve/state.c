@@ -4,6 +4,7 @@
 // from settings.c.
 #include "state.h"
 #include "host_cache.h"
+#include "program_vmm.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -175,6 +176,7 @@ void cci_state_drop_device(int device)
     if (a)
         cci_allocator_reset(a, 1);
     cci_host_cache_drop_device(device);  // pinned host memory of its context goes with it too
+    cci_pvmm_drop_device(device);        // and the program's own mappings, made real first
     cci_cuda_backend_drop_device(device);
 }
 

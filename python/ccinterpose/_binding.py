@@ -12,7 +12,7 @@ import functools
 # Must match CCI_STATS_VERSION and the field order of `cci_stats` in include/ccinterpose.h (the
 # 'python' test suite compares them). The library copies min(our size, its size) bytes, so an
 # older or newer library still fills what both know.
-STATS_VERSION = 6
+STATS_VERSION = 7
 POOLS = ('all', 'small_pool', 'large_pool')
 POOLED_STATS = ('allocation', 'segment', 'active', 'inactive_split', 'allocated_bytes',
                 'reserved_bytes', 'active_bytes', 'inactive_split_bytes', 'requested_bytes')
@@ -56,6 +56,10 @@ LATER = (
     # version 6: the allocator lock's share, and why the thread caches declined
     ('num_locked_allocs', 'u64'), ('num_locked_frees', 'u64'), ('tc_declined_credit', 'u64'),
     ('tc_declined_kept_wait', 'u64'), ('tc_declined_busy', 'u64'), ('tc_declined_keep_full', 'u64'),
+    # version 7: the program's own virtual-memory allocations, kept for reuse
+    ('program_vmm_held_bytes', 'stat'), ('program_vmm_kept_bytes', 'stat'),
+    ('program_vmm_creates', 'u64'), ('program_vmm_create_bytes', 'u64'), ('program_vmm_reused', 'u64'),
+    ('program_vmm_reused_bytes', 'u64'), ('program_vmm_given_back', 'u64'),
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 

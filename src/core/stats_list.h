@@ -121,6 +121,17 @@ enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
     X(pinned_unfenced_frees, "frees without a fence")                                              \
     X(pinned_reserve_segment_bytes, "reserve segment (bytes)")                                    \
     X(pinned_background_reclaims, "found passed by the background thread")
+/// The program's own virtual-memory allocations kept for reuse (the preload's; the core keeps none).
+/// Families: X(field, label, bytes: humanise). Counts: X(field, label).
+#define CCI_STAT_PROGRAM_VMM_FAMILIES(X)                                                           \
+    X(program_vmm_held_bytes, "Held by the program", 1)                                            \
+    X(program_vmm_kept_bytes, "Kept for reuse", 1)
+#define CCI_STAT_PROGRAM_VMM_COUNTS(X)                                                             \
+    X(program_vmm_creates, "cuMemCreate calls")                                                    \
+    X(program_vmm_create_bytes, "their bytes")                                                     \
+    X(program_vmm_reused, "answered with a kept buffer")                                           \
+    X(program_vmm_reused_bytes, "their bytes")                                                     \
+    X(program_vmm_given_back, "kept buffers given back")
 
 // The lists must cover the struct exactly: a field added to one and not the other stops the build.
 #define CCI__FAMILY_SIZE(f, label, per_pool, bytes) +(per_pool ? CCI_POOL_KINDS : 1) * sizeof(cci_stat)
@@ -132,7 +143,9 @@ _Static_assert(sizeof(cci_stats) == 2 * sizeof(uint32_t) CCI_STAT_FAMILIES(CCI__
                                             CCI_STAT_COSTS(CCI__SCALAR_SIZE) CCI_STAT_OUTSIDE(CCI__OUTSIDE_SIZE)
                                                 CCI_STAT_OUTSIDE_FIGURES(CCI__SCALAR_SIZE)
                                                     CCI_STAT_PINNED_FAMILIES(CCI__PINNED_FAMILY_SIZE)
-                                                        CCI_STAT_PINNED_COUNTS(CCI__SCALAR_SIZE),
+                                                        CCI_STAT_PINNED_COUNTS(CCI__SCALAR_SIZE)
+                                                            CCI_STAT_PROGRAM_VMM_FAMILIES(CCI__PINNED_FAMILY_SIZE)
+                                                                CCI_STAT_PROGRAM_VMM_COUNTS(CCI__SCALAR_SIZE),
                "cci_stats and the lists in stats_list.h disagree");
 #undef CCI__FAMILY_SIZE
 #undef CCI__SCALAR_SIZE

@@ -247,6 +247,10 @@ typedef struct cci_report_snapshot {
     // preload fills them after the snapshot is taken). No section while has_pinned is 0.
     int has_pinned;
     cci_stats pinned;
+    // The program's own virtual-memory allocations kept for reuse, summed over the devices (the
+    // program_vmm_* fields only; filled by the preload like the pinned ones).
+    int has_program_vmm;
+    cci_stats program_vmm;
 } cci_report_snapshot;
 
 /// Gathers everything a report needs from `n` allocators (NULL entries are skipped); tls may be

@@ -76,10 +76,11 @@ void cci__report_html(cci_sb *b, const cci_report_snapshot *s);
 /// call per form.
 void cci__whatif_text(cci_sb *b, const cci_report_device *d);
 void cci__vmm_text(cci_sb *b, const cci_report_device *d);
-/// The pinned host cache's section (report_pinned.c): nothing unless the snapshot has one.
-void cci__pinned_text(cci_sb *b, const cci_report_snapshot *s);
-/// The same as a JSON member `"pinned_host": {...}` with its leading ",\n"; nothing without one.
-void cci__pinned_json(cci_sb *b, const cci_report_snapshot *s);
+/// The sections the preload fills for the whole process (report_process.c): the pinned host cache
+/// and the program's own virtual-memory allocations; nothing for a section the snapshot lacks.
+void cci__process_text(cci_sb *b, const cci_report_snapshot *s);
+/// The same as JSON members `"pinned_host": {...}`, `"program_vmm": {...}`, each with its leading ",\n".
+void cci__process_json(cci_sb *b, const cci_report_snapshot *s);
 void cci__whatif_json(cci_sb *b, const cci_report_device *d);
 void cci__whatif_html(cci_sb *b, const cci_report_device *d);
 void cci__vmm_json(cci_sb *b, const cci_report_device *d);

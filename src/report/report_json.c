@@ -256,6 +256,6 @@ void cci__report_json(cci_sb *b, const cci_report_snapshot *s)
         cci__sb_puts(b, i + 1 < s->ndevices ? ",\n" : "\n");
     }
     cci__sb_puts(b, "  ]");
-    cci__pinned_json(b, s);
+    cci__process_json(b, s);
     cci__sb_puts(b, "\n}\n");
 }

@@ -100,7 +100,8 @@ int cci_report_has_activity(const cci_report_snapshot *s)
     for (int i = 0; i < s->ndevices; i++)
         if (s->devices[i].stats.num_device_alloc > 0)
             return 1;
-    return s->has_pinned && s->pinned.pinned_host_allocs > 0;
+    return (s->has_pinned && s->pinned.pinned_host_allocs > 0) ||
+           (s->has_program_vmm && s->program_vmm.program_vmm_creates > 0);
 }
 
 static void process_info(cci_report_snapshot *s)

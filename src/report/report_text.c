@@ -324,5 +324,5 @@ void cci__report_text(cci_sb *b, const cci_report_snapshot *s)
         for (size_t k = 0; k < d->nadvice; k++)
             wrapped(b, "  * ", "    ", d->advice[k].text);
     }
-    cci__pinned_text(b, s);
+    cci__process_text(b, s);
 }

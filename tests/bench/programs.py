@@ -362,8 +362,8 @@ def summarise(lines):
     out, status = [], 0
     if bad:
         out.append(f"note: {bad} line(s) looked like JSON but were not a configuration's record")
-    head = (f"{'config':<26} {'runs':>4} {'median s':>9} {'x ref':>6} {'peak MiB':>9} {'x ref':>6} "
-            f"{'same result':<12} served runtime/driver")
+    head = (f"{'config':<26} {'runs':>4} {'median s':>9} {'x ref':>6} {'paired':>6} {'peak MiB':>9} "
+            f"{'x ref':>6} {'same result':<12} served runtime/driver; own VMM buffers kept/created")
     families = {fam: list(cs) + sorted(c for c in by if family_of(c) == fam and c not in cs)
                 for fam, cs in FAMILIES.items()}
     for c in sorted(by):
@@ -426,10 +426,20 @@ def summarise(lines):
                     srv += " (median)"
             else:
                 srv = "?" if "ours" in c else "-"
+            vmm = [x for x in ok if x.get("vmm_creates")]
+            if vmm:
+                srv += (f"; {median([x['vmm_reused'] for x in vmm]):.0f}/{median([x['vmm_creates'] for x in vmm]):.0f}"
+                        f" ({median([x['vmm_reused_pct'] for x in vmm]):.1f} % of the bytes)")
             xs_ = s / ref_s if ref_s else None
             xp = p / ref_p if p is not None and ref_p else None
-            row = (f"  {c:<26} {len(ok):>4} {s:>9.3f} {fmt(xs_, '6.3f'):>6} {fmt(p, '9.1f'):>9} "
-                   f"{fmt(xp, '6.3f'):>6} {same:<12} {srv}")
+            # The protocol's figure: the median of the per-round ratios to the reference's process
+            # of the same round (host noise moves whole rounds, not configurations).
+            ref_by_round = {x.get("round"): x["seconds"] for x in ok_ref if x.get("round") is not None}
+            pairs = [x["seconds"] / ref_by_round[x["round"]] for x in ok
+                     if x.get("round") in ref_by_round and ref_by_round[x["round"]] > 0]
+            paired = median(pairs) if pairs else None
+            row = (f"  {c:<26} {len(ok):>4} {s:>9.3f} {fmt(xs_, '6.3f'):>6} {fmt(paired, '6.3f'):>6} "
+                   f"{fmt(p, '9.1f'):>9} {fmt(xp, '6.3f'):>6} {same:<12} {srv}")
             out.append(row + ("  " + "; ".join(notes) if notes else ""))
     return "\n".join(out), status
 

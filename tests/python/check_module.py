@@ -135,16 +135,17 @@ def scenario_active(opts):
                 report_figures.update({f'{key}.{part}': n for part, n in value.items()})
             else:
                 report_figures[key] = value
-        # The pinned host cache's figures are the process's, under "pinned_host" (written only when
-        # the process pinned something); otherwise memory_stats() must hold them all as zero.
-        pinned = rep.get('pinned_host')
-        if pinned is None:
-            pinned = {k.split('.')[0]: 0 for k in s if k.startswith('pinned_')}
-            check(all(v == 0 for k, v in s.items() if k.startswith('pinned_')),
-                  'nothing pinned: the pinned figures are zero', {k: v for k, v in s.items() if k.startswith('pinned_')})
-            report_figures.update({k: 0 for k in s if k.startswith('pinned_')})
-        else:
-            for key, value in pinned.items():
+        # The process's sections: the pinned host cache under "pinned_host", the program's own
+        # virtual-memory allocations under "program_vmm", each written only when the process used
+        # it; otherwise memory_stats() must hold its figures all as zero.
+        for section, prefix in (('pinned_host', 'pinned_'), ('program_vmm', 'program_vmm_')):
+            figures = rep.get(section)
+            if figures is None:
+                mine = {k: v for k, v in s.items() if k.startswith(prefix)}
+                check(all(v == 0 for v in mine.values()), f'no {section} section: its figures are zero', mine)
+                report_figures.update({k: 0 for k in mine})
+                continue
+            for key, value in figures.items():
                 if isinstance(value, dict):
                     report_figures.update({f'{key}.{part}': n for part, n in value.items()})
                 else:

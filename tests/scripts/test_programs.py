@@ -37,7 +37,8 @@ good = []
 for r in (1, 2, 3):
     good += [rec("jax-bfc", r, 10.0 + r / 10, 3000.0, 123.456789),
              rec("jax-platform", r, 11.0, 2500.0, 123.456789),
-             rec("jax-platform-ours", r, 10.5, 2600.0, 123.456789, served_runtime=0, served_driver=400 + r),
+             rec("jax-platform-ours", r, 10.5, 2600.0, 123.456789, served_runtime=0, served_driver=400 + r,
+                 vmm_creates=100, vmm_reused=96 + r, vmm_reused_pct=98.0),
              rec("cupy-pool", r, 2.0, 1000.0, -5.5),
              rec("cupy-nopool", r, 4.0, 800.0, -5.5),
              rec("cupy-nopool-ours", r, 2.2, 900.0, -5.5, served_runtime=1200, served_driver=3),
@@ -55,7 +56,9 @@ assert "0/402" in R["jax-platform-ours"] and "(median)" in R["jax-platform-ours"
 assert "1200/3" in R["cupy-nopool-ours"], R["cupy-nopool-ours"]
 assert "no record" in R["cupy-nopool-ours-compact"], "a configuration that never ran is shown"
 assert " 0.500 " in R["numba-ours"] and "0/4000" in R["numba-ours"], R["numba-ours"]
-assert R["numba"].split()[4] == "-", "no NVML figure: a dash, not an error"
+assert R["numba"].split()[5] == "-", "no NVML figure: a dash, not an error"
+assert R["jax-platform"].split()[4] == "1.078", "the median of the per-round ratios: " + R["jax-platform"]
+assert "98/100 (98.0 % of the bytes)" in R["jax-platform-ours"], R["jax-platform-ours"]
 assert "1 line(s) looked like JSON" in text, text
 
 # A result that differs in the last bit fails, and says which.
