@@ -16,9 +16,9 @@
 // other side may still map its pages.
 //
 // Bounded: a new buffer first gives back the oldest kept ones while kept + held + new would pass
-// the program's own high-water mark of held bytes, so what we hold never exceeds the most the
-// program itself ever held; an out-of-memory gives back every kept buffer of the device and
-// retries; cci_empty_cache and a device reset give them back too. CCI_KEEP_MAPPINGS=0 turns it off.
+// 1.5 times the program's own high-water mark of held bytes; an out-of-memory gives back every
+// kept buffer of the device and retries; cci_empty_cache and a device reset give them back too.
+// CCI_KEEP_MAPPINGS=0 turns it off.
 #ifndef CCI_PRELOAD_PROGRAM_VMM_H
 #define CCI_PRELOAD_PROGRAM_VMM_H
 
