@@ -87,6 +87,7 @@ static void fork_child(void)
     cci_pl_report_atfork_child();
     cci_callsites_atfork_child();
     cci_trace_fork_child();
+    cci_pvmm_atfork_child();
 }
 
 // ---- start-up (first CUDA call) ------------------------------------------------------------

@@ -768,6 +768,32 @@ void cci_pvmm_stats(int device, cci_stats *out)
     pthread_mutex_unlock(&pv.lock);
 }
 
+// A fork child cannot use its parent's CUDA objects: everything is forgotten (no CUDA call), and
+// the lock, which another parent thread may have held at the fork, starts afresh.
+void cci_pvmm_atfork_child(void)
+{
+    pthread_mutex_init(&pv.lock, NULL);
+    unit *u, *tmp;
+    HASH_ITER(by_va, pv.units_by_va, u, tmp) {
+        HASH_DELETE(by_va, pv.units_by_va, u);
+        HASH_DELETE(by_h, pv.units_by_h, u);
+        free(u);
+    }
+    loose_handle *lh, *lhtmp;
+    HASH_ITER(hh, pv.handles, lh, lhtmp) {
+        HASH_DELETE(hh, pv.handles, lh);
+        free(lh);
+    }
+    loose_range *lr, *lrtmp;
+    HASH_ITER(hh, pv.ranges, lr, lrtmp) {
+        HASH_DELETE(hh, pv.ranges, lr);
+        free(lr);
+    }
+    pv.claimed = (unit_list){0};
+    memset(pv.dev, 0, sizeof pv.dev);
+    atomic_store(&used, 0);
+}
+
 int cci_pvmm_used(void)
 {
     return atomic_load_explicit(&used, memory_order_relaxed);

@@ -56,6 +56,8 @@ void cci_pvmm_drop_device(int device);
 void cci_pvmm_stats(int device, cci_stats *out);
 /// At start-up, once the layer is active: reads CCI_KEEP_MAPPINGS.
 void cci_pvmm_start(const cci_settings *s);
+/// In a fork child: the parent's buffers forgotten, the lock new.
+void cci_pvmm_atfork_child(void);
 /// 1 once the program made a virtual-memory allocation through us (the report then has a section).
 int cci_pvmm_used(void);
 
