@@ -13,6 +13,7 @@
 //   bound     growing sizes: what is kept never takes what the driver holds past 1.5 times the
 //             program's own peak
 //   oom       a cuMemCreate out of memory gives back every kept buffer and is retried
+//   peers     XLA's access loop (one cuMemSetAccess per device, two devices): granted once only
 #include "fake_cuda_driver.h"
 
 #include <fcntl.h>
@@ -90,6 +91,42 @@ static void check_all_given_back(void)
           "after cci_empty_cache the driver holds nothing of the program's (%zu handles, %zu mapped, "
           "%zu reserved bytes)", s.handles, s.mapped_bytes, s.reserved_bytes);
     CHECK(s.faults_unmapped == 0 && s.faults_no_access == 0, "no device fault");
+}
+
+static void grant_to(CUdeviceptr va, size_t size, int device)
+{
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = device;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU_OK(cuMemSetAccess(va, size, &d, 1));
+}
+
+static void peers(void)
+{
+    CUmemAllocationProp p = prop_of(0);
+    for (int step = 0; step < 10; step++) {
+        buffer b[3];
+        for (int i = 0; i < 3; i++) {
+            b[i].size = (size_t)(i + 1) * 2 * MiB;
+            CU_OK(cuMemCreate(&b[i].h, b[i].size, &p, 0));
+            CU_OK(cuMemAddressReserve(&b[i].va, b[i].size, 0, 0, 0));
+            CU_OK(cuMemMap(b[i].va, b[i].size, 0, b[i].h, 0));
+            for (int dev = 0; dev < 2; dev++)
+                grant_to(b[i].va, b[i].size, dev);
+            CHECK(fakecu_vmm_access(1, (void *)(uintptr_t)b[i].va, b[i].size) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                  "device 1 may read and write buffer %d", i);
+            ptest_fill((void *)(uintptr_t)b[i].va, b[i].size, (uint64_t)(step * 3 + i));
+        }
+        for (int i = 0; i < 3; i++)
+            unmake(b[i], (uint64_t)(step * 3 + i));
+    }
+    struct fakecu_vmm_stats s = vstats();
+    CHECK(s.creates == 3 && s.set_access_calls == 6,
+          "each device granted once per buffer: %llu cuMemCreate, %llu cuMemSetAccess (3 and 6)", s.creates,
+          s.set_access_calls);
+    check_all_given_back();
 }
 
 static void xla(void)
@@ -277,7 +314,7 @@ static void oom(void)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        printf("usage: %s xla|nccl|exported|mismatch|bound|oom\n", argv[0]);
+        printf("usage: %s xla|nccl|exported|mismatch|bound|oom|peers\n", argv[0]);
         return 2;
     }
     api = ptest_get_api();
@@ -288,7 +325,7 @@ int main(int argc, char **argv)
         const char *name;
         void (*fn)(void);
     } scenarios[] = {{"xla", xla}, {"nccl", nccl}, {"exported", exported}, {"mismatch", mismatch},
-                     {"bound", bound}, {"oom", oom}};
+                     {"bound", bound}, {"oom", oom}, {"peers", peers}};
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
         if (!strcmp(argv[1], scenarios[i].name)) {
             scenarios[i].fn();
