@@ -92,17 +92,6 @@ static _Atomic int used;
 // child; read on every pinned call without the lock.
 static _Atomic int cache_on;
 
-static void stat_add(cci_stat *s, int64_t d)
-{
-    s->current += d;
-    if (d > 0)
-        s->allocated += d;
-    else
-        s->freed -= d;
-    if (s->current > s->peak)
-        s->peak = s->current;
-}
-
 static int class_of(size_t size, size_t *cls)
 {
     if (size > ((size_t)1 << 62))
@@ -229,7 +218,7 @@ static void release_block(host_block *b)
     if (b->origin != ORIGIN_RESERVE) {
         cci_host_real_free(b->level, b->device, b->ptr, b->size, b->origin == ORIGIN_REGISTER);
         hc.st.pinned_host_frees++;
-        stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
+        cci_stat_change(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
     } else {
         hc.seg_carved--;
     }
@@ -259,7 +248,7 @@ static void release_cached(int wait)
                         carved_done += fence_passed(b) == 1;
                     if (carved == pass && (wait || fence_passed(b) == 1)) {
                         queue_unlink(q, prev, b);
-                        stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+                        cci_stat_change(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
                         release_block(b);
                     } else {
                         prev = b;
@@ -272,7 +261,7 @@ static void release_cached(int wait)
     if (hc.seg && hc.seg_carved == 0) {
         cci_host_real_free(hc.seg_level, hc.seg_device, hc.seg, hc.reserve_size, 0);
         hc.st.pinned_host_frees++;
-        stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
+        cci_stat_change(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
         hc.st.pinned_reserve_segment_bytes = 0;
         hc.seg = NULL;
         hc.seg_used = 0;
@@ -304,7 +293,7 @@ static void *reclaimer(void *arg)
             continue;
         queue_unlink(&hc.pending, NULL, b);
         if (b->gone) {
-            stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+            cci_stat_change(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
             forget_gone(b);
             continue;
         }
@@ -434,7 +423,7 @@ static host_block *take_cached(int cls, unsigned flags)
             // Neither asked nor waited for: nothing says its work is done. CUDA's own free
             // waits for the device, so it goes back there.
             queue_unlink(q, prev, b);
-            stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+            cci_stat_change(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
             release_block(b);
             continue;
         }
@@ -457,7 +446,7 @@ static void *carve(int level, size_t size)
             return NULL;
         hc.st.pinned_register_ns += cci_pl_now_ns() - t0;
         hc.st.pinned_host_allocs++;
-        stat_add(&hc.st.pinned_reserved_bytes, (int64_t)hc.reserve_size);
+        cci_stat_change(&hc.st.pinned_reserved_bytes, (int64_t)hc.reserve_size);
         hc.st.pinned_reserve_segment_bytes = hc.reserve_size;
         hc.seg = seg;
         hc.seg_used = 0;
@@ -505,7 +494,7 @@ static int pin_new(int level, size_t size, unsigned flags, host_block *b)
         return code;
     hc.st.pinned_register_ns += cci_pl_now_ns() - t0;
     hc.st.pinned_host_allocs++;
-    stat_add(&hc.st.pinned_reserved_bytes, (int64_t)size);
+    cci_stat_change(&hc.st.pinned_reserved_bytes, (int64_t)size);
     after_first_pinning();
     return 0;
 }
@@ -528,7 +517,7 @@ int cci_host_cache_alloc(int level, void **ptr, size_t size, unsigned flags, int
     host_block *b = take_cached(ci, flags);
     if (b) {
         hc.st.pinned_hits++;
-        stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+        cci_stat_change(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
     } else {
         b = calloc(1, sizeof *b);
         int code = b ? pin_new(level, cls, flags, b) : 2;
@@ -555,8 +544,8 @@ int cci_host_cache_alloc(int level, void **ptr, size_t size, unsigned flags, int
         hc.st.pinned_misses++;
     }
     b->in_use = 1;
-    stat_add(&hc.st.pinned_buffers, 1);
-    stat_add(&hc.st.pinned_in_use_bytes, (int64_t)b->size);
+    cci_stat_change(&hc.st.pinned_buffers, 1);
+    cci_stat_change(&hc.st.pinned_in_use_bytes, (int64_t)b->size);
     *ptr = b->ptr;
     pthread_mutex_unlock(&hc.lock);
     return 0;
@@ -579,8 +568,8 @@ int cci_host_cache_free(int level, void *ptr)
         return 1;  // cudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE
     }
     b->in_use = 0;  // off every list and not in use: no second free, no allocation can take it
-    stat_add(&hc.st.pinned_buffers, -1);
-    stat_add(&hc.st.pinned_in_use_bytes, -(int64_t)b->size);
+    cci_stat_change(&hc.st.pinned_buffers, -1);
+    cci_stat_change(&hc.st.pinned_in_use_bytes, -(int64_t)b->size);
     if (b->gone) {  // freed by the reset of its device's context already
         forget_gone(b);
         pthread_mutex_unlock(&hc.lock);
@@ -600,7 +589,7 @@ int cci_host_cache_free(int level, void *ptr)
     }
     b->fence = f;
     hc.st.pinned_fence_records += f != 0;
-    stat_add(&hc.st.pinned_cached_bytes, (int64_t)b->size);
+    cci_stat_change(&hc.st.pinned_cached_bytes, (int64_t)b->size);
     size_t cls;
     if (hc.thread_started && f) {
         queue_push(&hc.pending, b);
@@ -663,7 +652,7 @@ void cci_host_cache_drop_device(int device)
             continue;
         b->gone = 1;
         if (b->origin != ORIGIN_RESERVE)
-            stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
+            cci_stat_change(&hc.st.pinned_reserved_bytes, -(int64_t)b->size);
     }
     for (int c = 0; c < HOST_CLASSES; c++) {
         for (int f = 0; f <= CCI_HOST_ALLOC_FLAGS; f++) {
@@ -676,13 +665,13 @@ void cci_host_cache_drop_device(int device)
                     continue;
                 }
                 queue_unlink(q, prev, b);
-                stat_add(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
+                cci_stat_change(&hc.st.pinned_cached_bytes, -(int64_t)b->size);
                 forget_gone(b);
             }
         }
     }
     if (hc.seg && hc.seg_device == device) {
-        stat_add(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
+        cci_stat_change(&hc.st.pinned_reserved_bytes, -(int64_t)hc.reserve_size);
         hc.st.pinned_reserve_segment_bytes = 0;
         hc.seg = NULL;
         hc.seg_used = 0;

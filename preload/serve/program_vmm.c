@@ -160,25 +160,43 @@ CUresult cci_pvmm_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUdevicep
     return r;
 }
 
-CUresult cci_pvmm_address_free(CUdeviceptr ptr, size_t size)
+// The program lets go of the mapping or the reservation of a buffer: for a whole unit it is only
+// noted (and the unit kept once the program holds nothing of it); the reservation only after the
+// mapping, as the driver demands. Anything else settles what the range meets and goes to CUDA.
+enum part { MAPPING, RESERVATION };
+
+static CUresult let_go(enum part part, CUdeviceptr ptr, size_t size, CUresult (*real)(CUdeviceptr, size_t))
 {
-    const cci_real_driver *t = drv();
-    if (!t->cuMemAddressFree)
+    if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&cci__pv.lock);
     unit *u = pv_unit_at(ptr);
-    if (u && u->prog_va && !u->prog_mapped && size == u->va_size) {
-        u->prog_va = 0;
-        pv_maybe_keep(u);
-        pthread_mutex_unlock(&cci__pv.lock);
-        return CUDA_SUCCESS;
+    if (u) {
+        int *held = part == MAPPING ? &u->prog_mapped : &u->prog_va;
+        size_t whole = part == MAPPING ? u->size : u->va_size;
+        if (*held && size == whole && (part == MAPPING || !u->prog_mapped)) {
+            *held = 0;
+            pv_maybe_keep(u);
+            pthread_mutex_unlock(&cci__pv.lock);
+            return CUDA_SUCCESS;
+        }
     }
-    loose_range *l = pv_loose_range_of(ptr);
-    if (l && l->size == size)
+    pv_settle_overlapping(ptr, size);  // may leave the reservation loose: forgotten just below
+    loose_range *l;
+    if (part == RESERVATION && (l = pv_loose_range_of(ptr)) && l->size == size)
         pv_drop_loose_range(l);
-    pv_settle_overlapping(ptr, size);
     pthread_mutex_unlock(&cci__pv.lock);
-    return t->cuMemAddressFree(ptr, size);
+    return real(ptr, size);
+}
+
+CUresult cci_pvmm_address_free(CUdeviceptr ptr, size_t size)
+{
+    return let_go(RESERVATION, ptr, size, drv()->cuMemAddressFree);
+}
+
+CUresult cci_pvmm_unmap(CUdeviceptr ptr, size_t size)
+{
+    return let_go(MAPPING, ptr, size, drv()->cuMemUnmap);
 }
 
 CUresult cci_pvmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
@@ -204,24 +222,6 @@ CUresult cci_pvmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
         pv_make_unit(ptr, size, h);
     pthread_mutex_unlock(&cci__pv.lock);
     return r;
-}
-
-CUresult cci_pvmm_unmap(CUdeviceptr ptr, size_t size)
-{
-    const cci_real_driver *t = drv();
-    if (!t->cuMemUnmap)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&cci__pv.lock);
-    unit *u = pv_unit_at(ptr);
-    if (u && u->prog_mapped && size == u->size) {
-        u->prog_mapped = 0;
-        pv_maybe_keep(u);
-        pthread_mutex_unlock(&cci__pv.lock);
-        return CUDA_SUCCESS;
-    }
-    pv_settle_overlapping(ptr, size);
-    pthread_mutex_unlock(&cci__pv.lock);
-    return t->cuMemUnmap(ptr, size);
 }
 
 CUresult cci_pvmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)

@@ -18,24 +18,13 @@ static _Thread_local int hash_oom;
 pvmm_state cci__pv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 _Atomic int cci__pvmm_used;
 
-static void stat_add(cci_stat *s, int64_t d)
-{
-    s->current += d;
-    if (d > 0)
-        s->allocated += d;
-    else
-        s->freed -= d;
-    if (s->current > s->peak)
-        s->peak = s->current;
-}
-
 void pv_held_add(int device, int64_t d)
 {
     device_kept *k = &cci__pv.dev[device];
     k->held = (size_t)((int64_t)k->held + d);
     if (k->held > k->held_peak)
         k->held_peak = k->held;
-    stat_add(&k->st.program_vmm_held_bytes, d);
+    cci_stat_change(&k->st.program_vmm_held_bytes, d);
 }
 
 int pv_same_prop(const CUmemAllocationProp *a, const CUmemAllocationProp *b)
@@ -82,7 +71,7 @@ static void kept_unlink(unit *u)
     list_unlink(&k->list, u);
     u->kept = 0;
     k->kept -= u->size;
-    stat_add(&k->st.program_vmm_kept_bytes, -(int64_t)u->size);
+    cci_stat_change(&k->st.program_vmm_kept_bytes, -(int64_t)u->size);
     pv_held_add(u->device, (int64_t)u->size);
 }
 
@@ -92,7 +81,7 @@ static void kept_push(unit *u)
     list_push(&k->list, u);
     u->kept = 1;
     k->kept += u->size;
-    stat_add(&k->st.program_vmm_kept_bytes, (int64_t)u->size);
+    cci_stat_change(&k->st.program_vmm_kept_bytes, (int64_t)u->size);
     pv_held_add(u->device, -(int64_t)u->size);
 }
 
@@ -130,9 +119,12 @@ loose_range *pv_loose_range_of(CUdeviceptr va)
 
 // Tracking is best effort: an object we fail to record (no memory) simply passes through.
 void pv_add_loose_handle(CUmemGenericAllocationHandle h, size_t size, const CUmemAllocationProp *prop,
-                             unsigned refs, int shared)
+                         unsigned refs, int shared)
 {
-    loose_handle *l = calloc(1, sizeof *l);
+    loose_handle *l = pv_loose_handle_of(h);
+    if (l)  // never expected (a live handle's value is unique): the old entry goes
+        pv_drop_loose_handle(l);
+    l = calloc(1, sizeof *l);
     if (!l)
         return;
     *l = (loose_handle){.h = h, .size = size, .prop = *prop, .device = prop->location.id, .refs = refs,
@@ -155,7 +147,12 @@ void pv_drop_loose_handle(loose_handle *l)
 
 void pv_add_loose_range(CUdeviceptr va, size_t size)
 {
-    loose_range *l = calloc(1, sizeof *l);
+    loose_range *l = pv_loose_range_of(va);
+    if (l) {  // one the driver handed out again after a free that failed to tell us
+        l->size = size;
+        return;
+    }
+    l = calloc(1, sizeof *l);
     if (!l)
         return;
     l->va = va;

@@ -24,7 +24,7 @@
 
 // ---- statistics ---------------------------------------------------------------------------
 
-// The same as stat_add(s, +d) and stat_add(s, -d), for the call sites that know the sign: the hot
+// The same as cci_stat_change(s, +d) and cci_stat_change(s, -d), for the call sites that know the sign: the hot
 // paths make a dozen updates per operation, and each would otherwise test the sign again.
 static inline void stat_inc(cci_stat *s, int64_t d)
 {

@@ -10,6 +10,7 @@
 #include "live_map.h"
 #include "lock.h"
 #include "solo.h"
+#include "stats_list.h"
 
 // Deferred frees are made reusable in batches: one device synchronisation per batch, not per
 // call. A batch is closed when it holds this many blocks, or when its bytes reach
@@ -126,24 +127,12 @@ struct cci_allocator {
 _Static_assert(CCI_POOL_SMALL == CCI_POOL_LARGE - 1, "the pools' rows follow each other");
 static inline unsigned pool_index(unsigned small) { return CCI_POOL_LARGE - small; }
 
-// One counter's change, and the same for a pool's counter and the all-pools one: every file that
-// keeps the statistics (allocator.c, expandable.c, compact.c) inlines these.
-static inline void stat_add(cci_stat *s, int64_t d)
-{
-    s->current += d;
-    if (d > 0) {
-        s->allocated += d;
-        if (s->current > s->peak)
-            s->peak = s->current;
-    } else {
-        s->freed -= d;
-    }
-}
-
+// A pool's counter and the all-pools one changed together (cci_stat_change, stats_list.h): every
+// file that keeps the statistics (allocator.c, expandable.c, compact.c) inlines this.
 static inline void stat_pool(cci_stat *arr, int small, int64_t d)
 {
-    stat_add(&arr[CCI_POOL_ALL], d);
-    stat_add(&arr[pool_index(small)], d);
+    cci_stat_change(&arr[CCI_POOL_ALL], d);
+    cci_stat_change(&arr[pool_index(small)], d);
 }
 
 /// A block size the oversize statistic counts (max_split_size and above).

@@ -10,6 +10,21 @@
 
 #include "ccinterpose.h"
 
+/// One family's change by d: current moves, the increases add to allocated, the decreases to freed,
+/// and the peak follows current up. Every keeper of statistics (the core, the pinned host cache,
+/// the program's own mappings) changes a cci_stat this way.
+static inline void cci_stat_change(cci_stat *s, int64_t d)
+{
+    s->current += d;
+    if (d > 0) {
+        s->allocated += d;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed -= d;
+    }
+}
+
 /// Counter families (cci_stat: current, peak, allocated, freed), in memory_summary()'s row order.
 /// X(field, memory_summary() label, per_pool: an array indexed by CCI_POOL_*, bytes: humanise)
 #define CCI_STAT_FAMILIES(X)                                                                       \
