@@ -212,18 +212,40 @@ def _numba_scale_add(dst, src, s):
         dst[i] = dst[i] * s + src[i % src.size]
 
 
+# Names NumPy 2 removed that numba-cuda still registers overloads for (numba-cuda 0.68 with NumPy
+# 2.5 fails at its first kernel on numpy.row_stack), and what NumPy calls them now. Each one the
+# installed NumPy lacks is given as a function of its own that calls the new name, before numba
+# is imported: only so that numba's registries load, the loop below calls none of them.
+NUMPY_RENAMED = {"row_stack": "vstack", "trapz": "trapezoid", "in1d": "isin", "product": "prod",
+                 "cumproduct": "cumprod", "sometrue": "any", "alltrue": "all", "round_": "round"}
+
+
+def _give_numpy_old_names(np):
+    for old, new in NUMPY_RENAMED.items():
+        if hasattr(np, old) or not hasattr(np, new):
+            continue
+        target = getattr(np, new)
+
+        def forward(*args, _target=target, **kwargs):
+            return _target(*args, **kwargs)
+
+        forward.__name__ = old
+        setattr(np, old, forward)
+
+
 def numba_loop(steps):
     global cuda
     # Numba warns at every small grid (the 1K-element arrays); the warning is no finding here.
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     try:
         import numpy as np
+        _give_numpy_old_names(np)
         from numba import cuda
     except ImportError as e:
         raise missing("numba.cuda", e) from None
     except AttributeError as e:
-        # A numba-cuda older than the installed NumPy fails inside its own import (NumPy 2 removed
-        # names it registers, such as numpy.row_stack): not importable, as for a missing package.
+        # Failing inside its own import even with the old names given: not importable, as for a
+        # missing package.
         raise missing("numba.cuda", e) from None
     if not cuda.is_available():
         raise RuntimeError("numba.cuda is installed but finds no usable GPU (cuda.is_available() is False)")
