@@ -299,5 +299,6 @@ void cci__report_html(cci_sb *b, const cci_report_snapshot *s)
         device(b, &s->devices[i]);
     if (s->ndevices == 0)
         cci__sb_puts(b, "<p>No device was in use.</p>\n");
+    cci__process_html(b, s);
     cci__sb_puts(b, "</body></html>\n");
 }

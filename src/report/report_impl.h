@@ -81,6 +81,8 @@ void cci__vmm_text(cci_sb *b, const cci_report_device *d);
 void cci__process_text(cci_sb *b, const cci_report_snapshot *s);
 /// The same as JSON members `"pinned_host": {...}`, `"program_vmm": {...}`, each with its leading ",\n".
 void cci__process_json(cci_sb *b, const cci_report_snapshot *s);
+/// The same as HTML sections, id "pinned_host" and "program_vmm".
+void cci__process_html(cci_sb *b, const cci_report_snapshot *s);
 void cci__whatif_json(cci_sb *b, const cci_report_device *d);
 void cci__whatif_html(cci_sb *b, const cci_report_device *d);
 void cci__vmm_json(cci_sb *b, const cci_report_device *d);

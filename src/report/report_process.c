@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The sections the preload fills for the whole process, after the snapshot is taken: the pinned
 // host cache, and the program's own virtual-memory allocations kept for reuse (summed over the
-// devices). Text and JSON, walked through the core's lists (stats_list.h), so a new statistic of
-// either appears here without a change to this file.
+// devices). Text, JSON and HTML, walked through the core's lists (stats_list.h), so a new
+// statistic of either appears here without a change to this file.
 #include "report_impl.h"
 
 #include <stddef.h>
@@ -23,6 +23,7 @@ typedef struct count {
 
 typedef struct section {
     const char *json_key;
+    const char *title;
     const family *families;
     size_t nfamilies;
     const count *counts;
@@ -38,8 +39,9 @@ static const count pvmm_counts[] = {CCI_STAT_PROGRAM_VMM_COUNTS(COUNT)};
 #undef FAMILY
 #undef COUNT
 #define N(a) (sizeof a / sizeof a[0])
-static const section pinned = {"pinned_host", pinned_families, N(pinned_families), pinned_counts, N(pinned_counts)};
-static const section pvmm = {"program_vmm", pvmm_families, N(pvmm_families), pvmm_counts, N(pvmm_counts)};
+static const section pinned = {"pinned_host", "Pinned host memory (the whole process)", pinned_families, N(pinned_families), pinned_counts, N(pinned_counts)};
+static const section pvmm = {"program_vmm", "The program's own virtual-memory allocations (every device)",
+                              pvmm_families, N(pvmm_families), pvmm_counts, N(pvmm_counts)};
 
 static const cci_stat *family_of(const cci_stats *st, const family *f)
 {
@@ -125,4 +127,34 @@ void cci__process_json(cci_sb *b, const cci_report_snapshot *s)
         section_json(b, &pinned, &s->pinned);
     if (s->has_program_vmm)
         section_json(b, &pvmm, &s->program_vmm);
+}
+
+// One section as a table of its families (now, peak) and one of its counts.
+static void section_html(cci_sb *b, const section *sec, const cci_stats *st)
+{
+    cci__sb_printf(b, "<section class=\"process\" id=\"%s\">\n<h2>", sec->json_key);
+    cci__sb_html(b, sec->title);
+    cci__sb_puts(b, "</h2>\n<div class=\"tables\"><div><table><thead><tr><th class=\"l\">Figure</th><th>Now</th>"
+                    "<th>Peak</th></tr></thead><tbody>\n");
+    for (size_t i = 0; i < sec->nfamilies; i++) {
+        const family *f = &sec->families[i];
+        const cci_stat *v = family_of(st, f);
+        char now[24], peak[24];
+        cci__sb_printf(b, "<tr><td class=\"l\">%s</td><td>%s</td><td>%s</td></tr>\n", f->label,
+                       value(f->bytes, v->current, now, sizeof now), value(f->bytes, v->peak, peak, sizeof peak));
+    }
+    cci__sb_puts(b, "</tbody></table></div><div><table><thead><tr><th class=\"l\">Count</th><th>Value</th></tr>"
+                    "</thead><tbody>\n");
+    for (size_t i = 0; i < sec->ncounts; i++)
+        cci__sb_printf(b, "<tr><td class=\"l\">%s</td><td>%llu</td></tr>\n", sec->counts[i].label,
+                       (unsigned long long)count_of(st, &sec->counts[i]));
+    cci__sb_puts(b, "</tbody></table></div></div>\n</section>\n");
+}
+
+void cci__process_html(cci_sb *b, const cci_report_snapshot *s)
+{
+    if (s->has_pinned)
+        section_html(b, &pinned, &s->pinned);
+    if (s->has_program_vmm)
+        section_html(b, &pvmm, &s->program_vmm);
 }

@@ -167,6 +167,21 @@ static void xla(void)
     unlink(path);
     CHECK(strstr(text, "cuMemCreate calls: 200, 195 answered with a kept buffer"),
           "the report's section counts them");
+    // The same figures in the HTML report, a section of its own.
+    char html[] = "/tmp/cci-program-vmm-XXXXXX.html";
+    fd = mkstemps(html, 5);
+    CHECK(fd >= 0, "a temporary .html file");
+    close(fd);
+    CHECK(api.dump_report(html) == 0, "cci_dump_report (HTML)");
+    f = fopen(html, "r");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f)
+        fclose(f);
+    unlink(html);
+    CHECK(strstr(text, "<section class=\"process\" id=\"program_vmm\">") &&
+              strstr(text, "answered with a kept buffer</td><td>195</td>"),
+          "the HTML report has the section and its counts");
     check_all_given_back();
 }
 
