@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -228,17 +229,26 @@ static void crash(const char *dir)
         cci_allocator *allocs[1] = {a};
         scenario sc = {"crash", "", 0, 1, 1, 2000, 10, 20};
         worker w = {&sc, allocs, 42};
-        // At least 400 ms, so the writer (which flushes every 100 ms) has flushed several times,
-        // and at least 4 workloads; then stop: a fixed 1000 workloads took ~100 s under TSan,
-        // near the test's limit, while a plain build needs ~3 s for them.
+        // At least 400 ms and 4 workloads, so the writer (which flushes every 100 ms) has flushed
+        // several times; and, on a host so loaded that the writer was not scheduled in that time
+        // (ASan beside other jobs on two cores), on until the file shows events past what it held
+        // after the first workload, 60 s at most. Not a fixed 1000 workloads: those took ~100 s
+        // under TSan, near the test's limit, while a plain build needs ~3 s for them.
+        char mine[4200];
+        snprintf(mine, sizeof mine, "%s/crash-%ld.cct", dir, (long)getpid());
         struct timespec t0, now;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int i = 0; i < 1000; i++) {
+        off_t first = -1;
+        for (int i = 0;; i++) {
             run_worker(&w);
             usleep(250);
+            struct stat st;
+            off_t size = stat(mine, &st) == 0 ? st.st_size : 0;
+            if (first < 0)
+                first = size;
             clock_gettime(CLOCK_MONOTONIC, &now);
             long ms = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
-            if (i >= 3 && ms >= 400)
+            if ((i >= 3 && ms >= 400 && size > first) || ms >= 60000)
                 break;
         }
         kill(getpid(), SIGKILL);
