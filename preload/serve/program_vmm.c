@@ -72,7 +72,7 @@ CUresult cci_pvmm_create(CUmemGenericAllocationHandle *h, size_t size, const CUm
         if (u->prog_va && !u->prog_refs && u->size == size && pv_same_prop(&u->prop, prop))
             take = u;
     for (unit *u = k->list.newest; u && !take; u = u->older)
-        if (u->size == size && pv_same_prop(&u->prop, prop))
+        if (u->size == size && !u->shared && pv_same_prop(&u->prop, prop))
             take = u;
     if (take) {
         if (take->kept)
@@ -142,7 +142,7 @@ CUresult cci_pvmm_reserve(CUdeviceptr *ptr, size_t size, size_t align, CUdevicep
                 take = u;
         for (int d = 0; d < CCI_PL_MAX_DEVICES && !take; d++)
             for (unit *u = cci__pv.dev[d].list.newest; u && !take; u = u->older)
-                if (u->va_size == size && !(align && u->va % align))
+                if (u->va_size == size && !u->shared && !(align && u->va % align))
                     take = u;
         if (take) {
             if (take->kept)
