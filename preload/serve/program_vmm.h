@@ -47,7 +47,8 @@ CUresult cci_pvmm_multicast_bind_mem(CUmemGenericAllocationHandle mc, size_t mc_
 CUresult cci_pvmm_multicast_bind_addr(CUmemGenericAllocationHandle mc, size_t mc_offset, CUdeviceptr ptr,
                                       size_t size, unsigned long long flags);
 
-/// Gives every kept buffer of `device` back to CUDA (cci_empty_cache); -1: every device.
+/// Gives every kept buffer of `device` back to CUDA (cci_empty_cache); nothing for a device out of
+/// range.
 void cci_pvmm_empty(int device);
 /// Before `device`'s primary context is reset: kept buffers given back, the program's own made
 /// real (deferred calls done) and forgotten, while the driver still knows them.

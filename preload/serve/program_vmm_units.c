@@ -360,10 +360,10 @@ void pv_mark_shared_handle(CUmemGenericAllocationHandle h)
 
 void cci_pvmm_empty(int device)
 {
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return;
     pthread_mutex_lock(&cci__pv.lock);
-    for (int d = 0; d < CCI_PL_MAX_DEVICES; d++)
-        if (device < 0 || d == device)
-            pv_give_back_all(d);
+    pv_give_back_all(device);
     pthread_mutex_unlock(&cci__pv.lock);
 }
 

@@ -182,6 +182,8 @@ static void xla(void)
     CHECK(strstr(text, "<section class=\"process\" id=\"program_vmm\">") &&
               strstr(text, "answered with a kept buffer</td><td>195</td>"),
           "the HTML report has the section and its counts");
+    CHECK(api.empty_cache(-1) == -1 && ptest_stats(&api, 0).program_vmm_kept_bytes.current == 22 * (int64_t)MiB,
+          "cci_empty_cache(-1) is refused and gives nothing back");
     check_all_given_back();
 }
 
