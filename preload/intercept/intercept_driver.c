@@ -14,6 +14,7 @@
 #include "backend_cuda.h"
 #include "fence.h"
 #include "levels.h"
+#include "program_vmm.h"
 #include "real.h"
 #include "serve.h"
 #include "serve_shapes.h"
@@ -297,7 +298,7 @@ CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdevi
     size_t block_size = 0;
     int rc = cci_serve_block_info((uintptr_t)dptr, &block, &block_size, NULL, NULL);
     if (rc == CCI_ENOTOURS)
-        return t->cuMemGetAddressRange_v2(base, size, dptr);
+        return cci_pvmm_address_range(base, size, dptr) ? CUDA_SUCCESS : t->cuMemGetAddressRange_v2(base, size, dptr);
     // The driver would describe the whole segment, which other blocks share: a program that
     // copies or registers "its allocation" by this range must get its own block.
     if (rc != CCI_OK)

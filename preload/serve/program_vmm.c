@@ -111,8 +111,10 @@ CUresult cci_pvmm_release(CUmemGenericAllocationHandle h)
         CUresult r = CUDA_SUCCESS;
         if (!u->prog_refs || u->kept)
             r = CUDA_ERROR_INVALID_VALUE;  // released already: the driver would not know it either
-        else if (u->prog_refs-- > 1)
-            r = t->cuMemRelease(h);  // one real reference per program reference, ours the last
+        else if (u->prog_refs-- > 1 && u->lent_refs)
+            u->lent_refs--;  // a lent reference: no real one to give back
+        else if (u->prog_refs)
+            r = t->cuMemRelease(h);  // one real reference per program reference not lent, ours the last
         else
             pv_maybe_keep(u);
         pthread_mutex_unlock(&cci__pv.lock);
@@ -249,17 +251,27 @@ CUresult cci_pvmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc
     return t->cuMemSetAccess(ptr, size, desc, count);
 }
 
+// A retain of a buffer the program has mapped is answered from its unit: XLA retains and releases
+// once per buffer it frees, two driver calls that tell it what it already knows. Such a reference
+// is lent (the unit's one real reference stands behind it) and made real if the unit is settled.
 CUresult cci_pvmm_retain(CUmemGenericAllocationHandle *h, void *addr)
 {
     const cci_real_driver *t = drv();
     if (!t->cuMemRetainAllocationHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&cci__pv.lock);
+    unit *u = h ? pv_unit_at((CUdeviceptr)(uintptr_t)addr) : NULL;
+    if (u && u->prog_mapped) {
+        if (u->prog_refs++)
+            u->lent_refs++;  // else ours was the one real reference; now the program's is
+        *h = u->h;
+        pthread_mutex_unlock(&cci__pv.lock);
+        return CUDA_SUCCESS;
+    }
     CUresult r = t->cuMemRetainAllocationHandle(h, addr);
     if (r == CUDA_SUCCESS) {
-        unit *u = pv_unit_of(*h);
         loose_handle *l;
-        if (u && !u->prog_mapped) {
+        if ((u = pv_unit_of(*h)) && !u->prog_mapped) {
             t->cuMemRelease(*h);  // the program unmapped it: the driver would find no mapping here
             r = CUDA_ERROR_INVALID_VALUE;
         } else if (u) {
@@ -271,6 +283,25 @@ CUresult cci_pvmm_retain(CUmemGenericAllocationHandle *h, void *addr)
     }
     pthread_mutex_unlock(&cci__pv.lock);
     return r;
+}
+
+int cci_pvmm_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+    if (!atomic_load_explicit(&cci__pvmm_used, memory_order_relaxed))
+        return 0;
+    pthread_mutex_lock(&cci__pv.lock);
+    unit *u = pv_unit_containing(dptr);
+    int answered = u && u->prog_mapped;
+    if (answered) {
+        if (base)
+            *base = u->va;  // the unit is one whole mapping in a reservation of its own size
+        if (size)
+            *size = u->size;
+    } else if (u) {
+        pv_settle(u);
+    }
+    pthread_mutex_unlock(&cci__pv.lock);
+    return answered;
 }
 
 CUresult cci_pvmm_export(void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags)

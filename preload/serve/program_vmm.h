@@ -38,6 +38,10 @@ CUresult cci_pvmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
 CUresult cci_pvmm_unmap(CUdeviceptr ptr, size_t size);
 CUresult cci_pvmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult cci_pvmm_retain(CUmemGenericAllocationHandle *h, void *addr);
+/// cuMemGetAddressRange of an address the driver's pool does not own: 1 with *base and *size set
+/// when it lies in a buffer the program has mapped through us (answered here), else 0 and the
+/// driver answers (a buffer the program unmapped is settled first, so the driver sees it gone).
+int cci_pvmm_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
 /// The calls that share a buffer beyond the process: the buffer is never kept afterwards.
 CUresult cci_pvmm_export(void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags);
 CUresult cci_pvmm_range_handle(void *handle, CUdeviceptr ptr, size_t size, int type, unsigned long long flags);

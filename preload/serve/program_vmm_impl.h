@@ -23,6 +23,7 @@ typedef struct unit {
     CUmemAllocationProp prop;
     int device;
     unsigned prog_refs;  // the program's references to h: creates + retains - releases
+    unsigned lent_refs;  // those of them answered without a real reference behind (retains)
     int prog_mapped;     // the program believes h is mapped at va
     int prog_va;         // the program believes it holds the reservation
     int shared;          // seen by another process or a multicast object: never kept
@@ -87,6 +88,7 @@ void pv_drop_loose_handle(loose_handle *l);
 void pv_add_loose_range(CUdeviceptr va, size_t size);
 void pv_drop_loose_range(loose_range *l);
 unit *pv_unit_at(CUdeviceptr va);
+unit *pv_unit_containing(CUdeviceptr va);
 unit *pv_unit_of(CUmemGenericAllocationHandle h);
 void pv_settle(unit *u);
 void pv_settle_overlapping(CUdeviceptr va, size_t size);

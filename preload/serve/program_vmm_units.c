@@ -178,6 +178,19 @@ unit *pv_unit_at(CUdeviceptr va)
     return u;
 }
 
+// The unit whose reservation holds va: its start by the hash, an address inside it by a walk.
+unit *pv_unit_containing(CUdeviceptr va)
+{
+    unit *u = pv_unit_at(va), *tmp;
+    if (u)
+        return u;
+    HASH_ITER(by_va, cci__pv.units_by_va, u, tmp) {
+        if (u->va <= va && va - u->va < u->va_size)
+            return u;
+    }
+    return NULL;
+}
+
 unit *pv_unit_of(CUmemGenericAllocationHandle h)
 {
     unit *u;
@@ -204,6 +217,14 @@ void pv_settle(unit *u)
     cci_log(CCI_LOG_DEBUG, "program VMM: buffer %#llx (%zu bytes) settled: program holds %u references%s%s%s",
             (unsigned long long)u->va, u->size, u->prog_refs, u->prog_mapped ? ", the mapping" : "",
             u->prog_va ? ", the reservation" : "", u->shared ? "; shared" : "");
+    // References lent without a real one become real while the mapping still is (a retain asks by
+    // address); from here on the driver counts every one.
+    for (; u->lent_refs; u->lent_refs--) {
+        CUmemGenericAllocationHandle again;
+        if (t->cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)u->va) != CUDA_SUCCESS)
+            cci_log(CCI_LOG_WARNING, "program VMM: could not take back a reference to buffer %#llx: a later "
+                    "cuMemRelease of it may fail", (unsigned long long)u->va);
+    }
     if (!u->prog_mapped)
         t->cuMemUnmap(u->va, u->size);
     if (u->prog_refs == 0)

@@ -465,6 +465,7 @@ struct fakecu_vmm_stats {
     unsigned long long faults_unmapped;  /* device access hit a reserved, unmapped page */
     unsigned long long faults_no_access; /* device access hit a page mapped without access */
     unsigned long long reset_destroyed;  /* allocations destroyed by a device reset */
+    unsigned long long retains;          /* successful cuMemRetainAllocationHandle calls */
 };
 void fakecu_vmm_get_stats(struct fakecu_vmm_stats *out);
 /* Bytes of live physical allocations on device dev (also charged in fakecu_used_bytes). */

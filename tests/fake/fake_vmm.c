@@ -491,6 +491,7 @@ VMM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
     if (i < vmm_maps.n) {
         vmm_map_at(i)->ph->refs++;
         *handle = vmm_map_at(i)->ph->id;
+        g_stats.retains++;
     }
     pthread_rwlock_unlock(&vmm_lock);
     return i < vmm_maps.n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

@@ -5,11 +5,13 @@
 // argv[1]. The fake driver's VMM statistics show which calls reached it; every scenario checks the
 // bytes of every live buffer (two buffers alive at once never share pages) and ends with
 // cci_empty_cache, after which nothing of the program's may be left at the driver.
-//   xla       XLA's order, steps of five buffers: only the first step reaches the driver
+//   xla       XLA's order, steps of five buffers: only the first step reaches the driver, and
+//             the retain + release and address range of each free none of it
 //   nccl      NCCL's orders: the handle released right after the map; retain + release at free
 //   exported  a handle exported to another process is never handed out again
 //   mismatch  a kept handle mapped elsewhere, a kept reservation given another handle, a second
-//             mapping over a unit's range: each settled, the program sees the native answers
+//             mapping over a unit's range, a retained buffer unmapped: each settled, the program
+//             sees the native answers
 //   bound     growing sizes: what is kept never takes what the driver holds past 1.5 times the
 //             program's own peak
 //   oom       a cuMemCreate out of memory gives back every kept buffer and is retried
@@ -129,6 +131,21 @@ static void peers(void)
     check_all_given_back();
 }
 
+// XLA's free: the handle retained by address and released, the range asked, then the teardown.
+static void xla_free(buffer b, uint64_t seed)
+{
+    CUmemGenericAllocationHandle h;
+    CU_OK(cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)b.va));
+    CHECK(h == b.h, "cuMemRetainAllocationHandle gives the mapping's handle");
+    CU_OK(cuMemRelease(h));
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OK(cuMemGetAddressRange_v2(&base, &size, b.va + b.size / 2));
+    CHECK(base == b.va && size == b.size, "cuMemGetAddressRange gives the whole mapping (%#llx, %zu)",
+          (unsigned long long)base, size);
+    unmake(b, seed);
+}
+
 static void xla(void)
 {
     const size_t sizes[5] = {2 * MiB, 4 * MiB, 2 * MiB, 8 * MiB, 6 * MiB};
@@ -138,12 +155,14 @@ static void xla(void)
         for (int i = 0; i < 5; i++)
             b[i] = make(sizes[i], (uint64_t)(step * 5 + i), 0);
         for (int i = 0; i < 5; i++)
-            unmake(b[i], (uint64_t)(step * 5 + i));
+            xla_free(b[i], (uint64_t)(step * 5 + i));
     }
     struct fakecu_vmm_stats s = vstats();
     CHECK(s.creates == 5 && s.maps == 5 && s.set_access_calls == 5,
           "only the first step reached the driver: %llu cuMemCreate, %llu cuMemMap, %llu cuMemSetAccess (5 each)",
           s.creates, s.maps, s.set_access_calls);
+    CHECK(s.retains == 0 && s.releases == 0, "no retain or release reached the driver (%llu, %llu)", s.retains,
+          s.releases);
     cci_stats st = ptest_stats(&api, 0);
     CHECK(st.program_vmm_creates == 5 * STEPS && st.program_vmm_reused == 5 * (STEPS - 1),
           "statistics: %llu creates, %llu answered with a kept buffer", (unsigned long long)st.program_vmm_creates,
@@ -282,6 +301,17 @@ static void mismatch(void)
     CU_OK(cuMemUnmap(d.va, d.size));
     CU_OK(cuMemRelease(e));
     CU_OK(cuMemAddressFree(d.va, d.size));
+    // A lent reference (a retain answered by us) made real when its buffer is settled: the
+    // program's two releases reach the driver and both succeed, a third fails.
+    buffer g = make(2 * MiB, 8, 0);
+    CUmemGenericAllocationHandle gh;
+    CU_OK(cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)g.va));
+    CU_OK(cuMemUnmap(g.va, g.size));
+    CHECK(cuMemGetAddressRange_v2(NULL, NULL, g.va) != CUDA_SUCCESS, "an unmapped buffer has no address range");
+    CU_OK(cuMemRelease(gh));
+    CU_OK(cuMemRelease(g.h));
+    CHECK(cuMemRelease(g.h) != CUDA_SUCCESS, "a third release fails");
+    CU_OK(cuMemAddressFree(g.va, g.size));
     // A unit's reservation freed while still mapped: refused, as natively.
     buffer f = make(2 * MiB, 7, 0);
     CHECK(cuMemAddressFree(f.va, f.size) != CUDA_SUCCESS, "freeing a mapped reservation fails");
