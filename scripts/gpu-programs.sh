@@ -6,7 +6,9 @@
 # programs that were never written with it in mind, against their own allocators:
 #   jax-train   jax-bfc (JAX's BFC allocator, XLA_PYTHON_CLIENT_PREALLOCATE=false: the reference),
 #               jax-platform (XLA_PYTHON_CLIENT_ALLOCATOR=platform: a cudaMalloc-like call per
-#               buffer) and jax-platform-ours (the same under the preload);
+#               buffer), jax-platform-ours (the same under the preload) and jax-bfc-blocking
+#               (BFC with the host waiting for every step, as XLA waits under the platform
+#               allocator: the part of the platform allocator's time that no serving can remove);
 #   cupy-loop   cupy-pool (CuPy's own pool: the reference), cupy-nopool (CUPY_POOL=off),
 #               cupy-nopool-ours and cupy-nopool-ours-compact (compact_segments:True), under the preload;
 #   numba-loop  numba (the reference: Numba keeps no pool) and numba-ours.
@@ -141,6 +143,7 @@ run_one() {
     esac
     case $c in
         jax-bfc) e+=(XLA_PYTHON_CLIENT_PREALLOCATE=false) ;;
+        jax-bfc-blocking) e+=(XLA_PYTHON_CLIENT_PREALLOCATE=false PROGRAMS_JAX_BLOCK=1) ;;
         jax-platform) e+=(XLA_PYTHON_CLIENT_ALLOCATOR=platform) ;;
         jax-platform-ours) e+=(XLA_PYTHON_CLIENT_ALLOCATOR=platform "${ours[@]}") ;;
         cupy-pool) ;;

@@ -81,10 +81,17 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 
 // Fenced frees a thread keeps (tcache_fenced.c): small blocks freed with CCI_FREE_FENCED wait in
 // the thread's own batches for their fence instead of in the allocator's, so that a thread's
-// malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread:
+// malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread (each may be
+// set at build time, -DHELD_BATCH=N, to measure another shape; docs/benchmarks.md has those):
+#ifndef HELD_BATCH
 #define HELD_BATCH 64                    // blocks behind one fence
+#endif
+#ifndef HELD_CLOSED
 #define HELD_CLOSED 3                    // batches behind their fence at once
+#endif
+#ifndef HELD_MAX_BYTES
 #define HELD_MAX_BYTES ((size_t)16 << 20)  // bytes held at once: open, closed and passed
+#endif
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
 
 typedef struct {

@@ -144,9 +144,15 @@ def jax_train(steps):
         for i in range(warm):           # compiles the program of every batch size
             params, loss = one(i, params)
         jax.block_until_ready((params, loss))
+        # PROGRAMS_JAX_BLOCK=1: the host waits for each step, as XLA makes it wait under an
+        # allocator that cannot free asynchronously (the platform allocator): what that wait alone
+        # costs under BFC, the anchor that separates it from what serving the buffers costs.
+        block = os.environ.get("PROGRAMS_JAX_BLOCK") == "1"
         t0 = time.perf_counter()
         for i in range(warm, warm + steps):
             params, loss = one(i, params)
+            if block:
+                jax.block_until_ready((params, loss))
         jax.block_until_ready((params, loss))
         seconds = time.perf_counter() - t0
     total = 0.0
@@ -337,7 +343,7 @@ def run_workload(workload, steps):
 
 # The configurations of scripts/gpu-programs.sh by family, the family's reference first.
 FAMILIES = {
-    "jax": ["jax-bfc", "jax-platform-ours", "jax-platform"],
+    "jax": ["jax-bfc", "jax-platform-ours", "jax-platform", "jax-bfc-blocking"],
     "cupy": ["cupy-pool", "cupy-nopool", "cupy-nopool-ours", "cupy-nopool-ours-compact"],
     "numba": ["numba", "numba-ours"],
 }
