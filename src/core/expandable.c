@@ -18,6 +18,12 @@
 //   (compact.c, which holds its page pool, churn rule and reclaim).
 //   The core asks the device for pages only when the pool grows, never on a cached allocation or
 //   free. Every call on the VMM group is counted (cci_alloc_vmm_counts) for the reports.
+// Compact mode's large-pool page in granules, settable at build time to measure another page
+// (-DCOMPACT_LARGE_PAGE_GRANULES=4: 8 MiB pages cut the driver calls' host time 2-3x but doubled
+// resnet's fences and its wall time on an H200; docs/benchmarks.md, "Compact mode's page size").
+#ifndef COMPACT_LARGE_PAGE_GRANULES
+#define COMPACT_LARGE_PAGE_GRANULES 1
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +63,8 @@ int cci__exp_init(cci_allocator *a)
         e->page[1] = round_up(PYTORCH_SMALL_PAGE, g);
         e->page[0] = round_up(PYTORCH_LARGE_PAGE, g);
     } else {
-        e->page[0] = e->page[1] = g;
+        e->page[0] = g * COMPACT_LARGE_PAGE_GRANULES;
+        e->page[1] = g;
     }
     // PyTorch reserves 9/8 of the device per segment: room to move pages from earlier in the
     // range to its end without running out of addresses.
