@@ -178,6 +178,12 @@ unit *pv_unit_at(CUdeviceptr va)
     return u;
 }
 
+// Whether u's reservation meets [va, va + size).
+static int meets(const unit *u, CUdeviceptr va, size_t size)
+{
+    return u->va < va + size && va < u->va + u->va_size;
+}
+
 // The unit whose reservation holds va: its start by the hash, an address inside it by a walk.
 unit *pv_unit_containing(CUdeviceptr va)
 {
@@ -185,7 +191,7 @@ unit *pv_unit_containing(CUdeviceptr va)
     if (u)
         return u;
     HASH_ITER(by_va, cci__pv.units_by_va, u, tmp) {
-        if (u->va <= va && va - u->va < u->va_size)
+        if (meets(u, va, 1))
             return u;
     }
     return NULL;
@@ -251,7 +257,7 @@ void pv_settle_overlapping(CUdeviceptr va, size_t size)
 {
     unit *u, *tmp;
     HASH_ITER(by_va, cci__pv.units_by_va, u, tmp) {
-        if (u->va < va + size && va < u->va + u->va_size)
+        if (meets(u, va, size))
             pv_settle(u);
     }
 }
@@ -260,7 +266,7 @@ void pv_mark_shared_overlapping(CUdeviceptr va, size_t size)
 {
     unit *u, *tmp;
     HASH_ITER(by_va, cci__pv.units_by_va, u, tmp) {
-        if (u->va < va + size && va < u->va + u->va_size)
+        if (meets(u, va, size))
             u->shared = 1;
     }
 }

@@ -20,7 +20,8 @@
 //   free. Every call on the VMM group is counted (cci_alloc_vmm_counts) for the reports.
 // Compact mode's large-pool page in granules, settable at build time to measure another page
 // (-DCOMPACT_LARGE_PAGE_GRANULES=4: 8 MiB pages cut the driver calls' host time 2-3x but doubled
-// resnet's fences and its wall time on an H200; docs/benchmarks.md, "Compact mode's page size").
+// resnet's fences and its wall time on an H200; docs/benchmarks.md, "JAX's host wait priced,
+// driver costs per handle, batch and page shapes").
 #ifndef COMPACT_LARGE_PAGE_GRANULES
 #define COMPACT_LARGE_PAGE_GRANULES 1
 #endif

@@ -81,8 +81,9 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 
 // Fenced frees a thread keeps (tcache_fenced.c): small blocks freed with CCI_FREE_FENCED wait in
 // the thread's own batches for their fence instead of in the allocator's, so that a thread's
-// malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread (each may be
-// set at build time, -DHELD_BATCH=N, to measure another shape; docs/benchmarks.md has those):
+// malloc+free loop with non-blocking streams alive takes no lock. Bounds per thread, each settable
+// at build time (-DHELD_BATCH=N) to measure another shape (two are in docs/benchmarks.md, "JAX's
+// host wait priced, driver costs per handle, batch and page shapes"):
 #ifndef HELD_BATCH
 #define HELD_BATCH 64                    // blocks behind one fence
 #endif
