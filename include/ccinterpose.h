@@ -32,8 +32,9 @@ extern "C" {
 /* 2: num_fence_records and num_fence_waits appended. 3: num_fence_catch_ups appended.
    4: the driver calls' costs appended (fence_* and vmm_*). 5: the fence budget's growths,
    managed memory, the allocations from other memory pools and the pinned host cache appended.
-   6: the allocator lock's share of allocations and frees, and why the thread caches declined. */
-#define CCI_STATS_VERSION 7
+   6: the allocator lock's share of allocations and frees, and why the thread caches declined.
+   7: the program's own virtual-memory allocations. 8: orders at reuse. */
+#define CCI_STATS_VERSION 8
 
 /** One counter: current value, its peak, and running totals of increases and decreases. */
 typedef struct cci_stat {
@@ -180,6 +181,12 @@ typedef struct cci_stats {
     uint64_t program_vmm_reused_bytes; /**< their bytes */
     uint64_t program_vmm_given_back;   /**< kept buffers given back to CUDA (room for a new one,
                                             out of memory, cci_empty_cache, a device reset) */
+    /* Version 8: orders at reuse (docs/reuse-modes.md, "Orders at reuse"), for the whole PROCESS
+       like the other fence_* figures. */
+    uint64_t fence_reuse_frees;    /**< frees that joined the pool at once, their fence skipped */
+    uint64_t fence_reuse_orders;   /**< orders made before such a block went to a new owner */
+    uint64_t fence_reuse_refused;  /**< orders refused there (the allocation waited for a fence) */
+    uint64_t fence_reuse_order_ns; /**< host time in those orders */
 } cci_stats;
 
 /* The library defines these itself (CCI_BUILDING_PRELOAD), so it gets plain declarations: a

@@ -116,6 +116,9 @@ static void start(void)
     if (s->bad_context_fences[0])
         cci_log(CCI_LOG_WARNING, "CCI_CONTEXT_FENCES=%s is not 0 or 1; context fences stay on",
                 s->bad_context_fences);
+    if (s->bad_reuse_orders[0])
+        cci_log(CCI_LOG_WARNING, "CCI_REUSE_ORDERS=%s is not 0 or 1; orders at reuse stay on",
+                s->bad_reuse_orders);
     if (s->bad_keep_mappings[0])
         cci_log(CCI_LOG_WARNING, "CCI_KEEP_MAPPINGS=%s is not 0 or 1; the program's own mappings stay "
                 "kept for reuse", s->bad_keep_mappings);

@@ -184,7 +184,8 @@ static void read_whatif(cci_settings *s, const char *(*lookup)(const char *))
     }
 }
 
-// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER, CCI_CONTEXT_FENCES):
+// A switch that is on unless set to "0" (CCI_THREAD_CACHE, CCI_FENCE_WATCHER, CCI_CONTEXT_FENCES,
+// CCI_REUSE_ORDERS):
 // 0 or 1. Any other value leaves it on and is kept in `bad` for start-up's warning.
 static int read_on_switch(const char *v, char *bad, size_t bad_size)
 {
@@ -249,6 +250,7 @@ void cci_settings_read(cci_settings *s, const char *(*lookup)(const char *name))
                                       sizeof s->bad_keep_mappings);
     s->context_fences = read_on_switch(lookup("CCI_CONTEXT_FENCES"), s->bad_context_fences,
                                        sizeof s->bad_context_fences);
+    s->reuse_orders = read_on_switch(lookup("CCI_REUSE_ORDERS"), s->bad_reuse_orders, sizeof s->bad_reuse_orders);
     read_debug_unsafe(s, lookup("CCI_DEBUG_UNSAFE"));
 }
 

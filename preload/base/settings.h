@@ -77,6 +77,11 @@ typedef struct cci_settings {
     // for every stream of a device where the driver has it.
     int context_fences;
     char bad_context_fences[64];    ///< a refused value ("" when none): they stay on
+    // CCI_REUSE_ORDERS=0 fences every batch of frees as before (fence_order.c, "order at reuse");
+    // 1 or unset: where no side stream is busy, a free joins the pool at once and the next
+    // allocation orders the device's later work after its earlier work.
+    int reuse_orders;
+    char bad_reuse_orders[64];      ///< a refused value ("" when none): they stay on
     unsigned debug_unsafe;          ///< CCI_DEBUG_UNSAFE_* bits
     char bad_debug_unsafe[64];      ///< a refused value ("" when none): the knob is then off
     // CCI_PINNED_CACHE=0 passes pinned host memory calls through (serve/host_cache.c); 1 or

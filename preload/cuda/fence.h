@@ -29,6 +29,11 @@ int cci_cuda_fence_retired_done(void);
 /// waits for the legacy stream's earlier work before any of its own (or, failing that, the
 /// legacy stream is synchronised), so no block handed out before can meet old work there.
 void cci_cuda_fence_order_new_stream(CUstream s, int device);
+/// Around a synchronisation of every device by the stream rule: _begin before it (1 when a free
+/// had skipped its fence since the last order at reuse), _end after it with that answer and
+/// whether it succeeded. A synchronisation covers those frees, so none is left to order.
+int cci_cuda_fence_reuse_sync_begin(void);
+void cci_cuda_fence_reuse_sync_end(int skipped, int synced);
 
 /// The stream's registry entry goes without a retire (its device's context goes): frees the
 /// cover; its events went with the context. NULL is fine.

@@ -82,10 +82,20 @@ void cci_cuda_fence_costs(cci_stats *out)
     out->fence_watcher_stream_queries = atomic_load(&k->watcher_checks);
     out->fence_watcher_looks_ahead = atomic_load(&k->watcher_looks_ahead);
     out->fence_watched_answers = atomic_load(&k->watched_answers);
+    out->fence_reuse_frees = atomic_load(&k->reuse_frees);
+    out->fence_reuse_orders = atomic_load(&k->reuse_orders);
+    out->fence_reuse_refused = atomic_load(&k->reuse_refused);
+    out->fence_reuse_order_ns = atomic_load(&k->ns[COST_REUSE_ORDER]);
 }
 
 void cci_cuda_fence_log_costs(const cci_stats *s)
 {
+    if (s->fence_reuse_frees)
+        cci_log(CCI_LOG_INFO, "orders at reuse: %llu frees joined the pool at once, their fence "
+                "skipped; %llu orders before such blocks went to new owners, %.1f ms; %llu refused "
+                "(the allocation waited for a fence)", (unsigned long long)s->fence_reuse_frees,
+                (unsigned long long)s->fence_reuse_orders, s->fence_reuse_order_ns / 1e6,
+                (unsigned long long)s->fence_reuse_refused);
     if (!s->fence_record_calls && !s->fence_query_calls && !s->fence_wait_calls)
         return;
     // The query and wait times include the lazy part's calls.

@@ -16,7 +16,7 @@
 #include "export.h"
 
 /// The contract's calls that are timed: calls, events asked or blocked on, host nanoseconds.
-enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_CATCH_UP, COST_KINDS };
+enum { COST_RECORD, COST_QUERY, COST_WAIT, COST_ORDER, COST_CATCH_UP, COST_REUSE_ORDER, COST_KINDS };
 
 typedef struct cci_fence_costs {
     _Alignas(128) _Atomic unsigned long long calls[COST_KINDS], events[COST_KINDS], ns[COST_KINDS];
@@ -38,7 +38,10 @@ typedef struct cci_fence_costs {
         watcher_checks,       // of the stream questions, the watcher's
         watcher_rounds,       // the watcher's looks that found every fence up to theirs passed
         watcher_looks_ahead,  // the watcher's looks ahead
-        watched_answers;      // fence questions answered from the watcher's looks
+        watched_answers,      // fence questions answered from the watcher's looks
+        reuse_frees,          // frees that skipped their fence (the order at reuse)
+        reuse_orders,         // orders made at reuse
+        reuse_refused;        // orders at reuse refused: the core waited for a fence
 } cci_fence_costs;
 
 // Counted in shards, a thread in one of them: the threads that record their own fences (a thread

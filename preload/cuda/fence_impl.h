@@ -204,6 +204,7 @@ int cci__fence_cover_retired(look *lk);
 int cci__fence_orders(void *ctx, int device, cci_fence handle);
 int cci__fence_order(void *ctx, int device, cci_fence handle);
 int cci__fence_catch_up(void *ctx, int device);
+int cci__fence_reuse_order(void *ctx, int device, int now);
 /// In a fork child: no order outstanding, none made.
 void cci__fence_order_atfork_child(void);
 

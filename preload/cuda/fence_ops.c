@@ -288,6 +288,7 @@ const cci_backend_fence_ops cci_cuda_fence_ops = {
     .orders = cci__fence_orders,
     .order = cci__fence_order,
     .catch_up = cci__fence_catch_up,
+    .reuse_order = cci__fence_reuse_order,
     .record = fence_record,
     .query = fence_query,
     .poll = fence_poll,

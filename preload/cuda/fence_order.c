@@ -28,6 +28,8 @@
 #include "backend_cuda.h"
 #include "captures.h"
 #include "clock.h"
+#include "context_fences.h"
+#include "settings.h"
 
 // Every fence with seq <= ordered_upto orders all later work (a round made every live
 // non-blocking stream wait for an event recorded after it, and left no stream unasked). Never a
@@ -293,6 +295,120 @@ static int ctx_order_now(cuda_fence *f)
     return 1;
 }
 
+// ---- the order at reuse (fence_ops.reuse_order) -----------------------------------------------
+// Where no stream is busy beside the device's own order, an order costs the GPU nothing, and a
+// fence at every batch of frees only delays reuse: a freed block waited in its batch, and then
+// behind the one order outstanding, while the allocation took another block. The layouts drifted
+// from what immediate reuse makes, and PyTorch's idle stream pool alone kept a generation
+// workload 7 % above native on an H200 (docs/benchmarks.md, "JAX's host wait priced ...",
+// 2026-11-29). So a free asked here (`now` 0) may skip its fence: the core puts the block in its
+// free set at once and, before it hands any block to a new owner, asks for one order (`now` 1),
+// which covers every free made before it:
+//   - no non-blocking stream live (THE BARRIER's situation): an event recorded on the legacy
+//     stream; every stream that can exist is ordered through it;
+//   - idle non-blocking streams, context fences on: a context event and cuCtxWaitEvent, as THE
+//     ORDER's context round makes, without its one-order-at-a-time bound (that bound keeps the
+//     host from running ever further ahead while orders wait for busy streams; none is busy here,
+//     and a free that skipped its fence leaves nothing to catch up with).
+// Refused where the device has more than one primary context of ours, a capture may run, or a
+// destroyed stream's last work may still run: the core then waits for a fence of its own. The
+// stream rule's synchronisation of every device (cci_cuda_fence_reuse_synced) also covers every
+// such free, so a capture begun after them finds nothing left to order.
+static _Atomic int reuse_unordered;  // a free skipped its fence since the last order or sync
+
+static int reuse_may(void)
+{
+    const cci_real_driver *t = cci_real_drv();
+    if (!cci_settings_get()->reuse_orders || !t->cuStreamWaitEvent || cci_capture_maybe_active() ||
+        atomic_load(&cci__stream_registry_incomplete) || cci_cuda_backend_primaries() != 1)
+        return 0;
+    if (!cci_fences_may_order() || cci_cuda_fence_retired_done() != 1)
+        return 0;
+    if (cci_fences_may_barrier())
+        return 1;
+    if (!cci_context_fences_usable() || !cci_capture_gate_enter())
+        return 0;
+    unsigned busy = census_busy();
+    cci_capture_gate_leave();
+    return busy == 0;
+}
+
+// The order itself, inside the capture gate. 1 when made.
+static int reuse_order_now(int device)
+{
+    CUcontext c = cci_cuda_backend_primary(device, 0);
+    if (!c || cci_cuda_backend_primaries() != 1 || !cci_fences_may_order() ||
+        cci_cuda_fence_retired_done() != 1)
+        return 0;
+    unsigned long long now = atomic_load(&cci__fence_clock);
+    unsigned gen = 0;
+    int barrier = cci_fences_may_barrier();
+    CUevent e = barrier ? record_event(device, CCI_CU_STREAM_LEGACY, &gen)
+                        : cci_context_fences_usable() ? cci__fence_record_ctx_event(device, &gen) : NULL;
+    if (!e)
+        return 0;
+    CUresult r = CUDA_SUCCESS;
+    if (!barrier) {
+        cci_driver_scope sc;
+        r = CUDA_ERROR_NOT_INITIALIZED;
+        if (cci_cuda_enter(device, &sc) == 0) {
+            r = cci_real_drv()->cuCtxWaitEvent(c, e);
+            cci_cuda_leave(&sc);
+        }
+    }
+    cci__fence_pool_give(device, e, gen);
+    if (r != CUDA_SUCCESS)
+        return 0;
+    // Every fence recorded so far orders all later work too (as after a round of THE ORDER);
+    // with a barrier only while it stays one, which the rule's synchronisation covers.
+    if (!barrier)
+        raise_upto(&ordered_upto, now);
+    return 1;
+}
+
+int cci__fence_reuse_order(void *ctx, int device, int now)
+{
+    (void)ctx;
+    if ((unsigned)device >= CCI_PL_MAX_DEVICES)
+        return 0;
+    if (!now) {
+        int may = reuse_may();
+        if (may) {
+            atomic_store(&reuse_unordered, 1);  // before the core frees the block
+            FENCE_COUNT(reuse_frees);
+        }
+        return may;
+    }
+    // Nothing skipped its fence since the last order or synchronisation: nothing to order.
+    if (!atomic_exchange(&reuse_unordered, 0))
+        return 1;
+    unsigned long long t0 = cci_pl_now_ns();
+    int ok = 0;
+    if (!cci_capture_maybe_active() && cci_capture_gate_enter()) {
+        ok = reuse_order_now(device);
+        cci_capture_gate_leave();
+    }
+    if (!ok)
+        atomic_store(&reuse_unordered, 1);  // still to order: the core waits for a fence instead
+    if (ok)
+        FENCE_COUNT(reuse_orders);
+    else
+        FENCE_COUNT(reuse_refused);
+    cci__fence_cost_add(COST_REUSE_ORDER, t0, ok);
+    return ok;
+}
+
+int cci_cuda_fence_reuse_sync_begin(void)
+{
+    return atomic_exchange(&reuse_unordered, 0);
+}
+
+void cci_cuda_fence_reuse_sync_end(int skipped, int synced)
+{
+    if (skipped && !synced)
+        atomic_store(&reuse_unordered, 1);
+}
+
 // ---- the contract's side ----------------------------------------------------------------------
 
 int cci__fence_order(void *ctx, int device, cci_fence handle)
@@ -381,4 +497,5 @@ void cci__fence_order_atfork_child(void)
     atomic_store(&ordered_upto, 0);
     census_end = 0;
     order_last = NULL;  // the parent's event
+    atomic_store(&reuse_unordered, 0);  // (the child's allocators start anew)
 }

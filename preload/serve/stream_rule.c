@@ -59,11 +59,15 @@ static void sync_devices(const char *why)
     cci_backend be = cci_cuda_backend();
     // immediate_reuse:True never fences, so nothing needs the synchronisation.
     int devices = cci_state_config()->immediate_reuse ? 0 : cci_state_device_bound();
+    int skipped = cci_cuda_fence_reuse_sync_begin(), synced = 1;
     for (int d = 0; d < devices; d++) {
-        if (cci_state_allocator_peek(d) && be.ops->synchronize(be.ctx, d) != CCI_OK)
+        if (cci_state_allocator_peek(d) && be.ops->synchronize(be.ctx, d) != CCI_OK) {
+            synced = 0;
             cci_log(CCI_LOG_WARNING, "device %d: the synchronisation %s failed; blocks freed before "
                     "it may be reused early", d, why);
+        }
     }
+    cci_cuda_fence_reuse_sync_end(skipped, synced);
 }
 
 // Before work that the legacy stream does not order (a non-blocking stream, another device, a

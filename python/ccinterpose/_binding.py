@@ -12,7 +12,7 @@ import functools
 # Must match CCI_STATS_VERSION and the field order of `cci_stats` in include/ccinterpose.h (the
 # 'python' test suite compares them). The library copies min(our size, its size) bytes, so an
 # older or newer library still fills what both know.
-STATS_VERSION = 7
+STATS_VERSION = 8
 POOLS = ('all', 'small_pool', 'large_pool')
 POOLED_STATS = ('allocation', 'segment', 'active', 'inactive_split', 'allocated_bytes',
                 'reserved_bytes', 'active_bytes', 'inactive_split_bytes', 'requested_bytes')
@@ -60,6 +60,9 @@ LATER = (
     ('program_vmm_held_bytes', 'stat'), ('program_vmm_kept_bytes', 'stat'),
     ('program_vmm_creates', 'u64'), ('program_vmm_create_bytes', 'u64'), ('program_vmm_reused', 'u64'),
     ('program_vmm_reused_bytes', 'u64'), ('program_vmm_given_back', 'u64'),
+    # version 8: orders at reuse, the whole process's
+    ('fence_reuse_frees', 'u64'), ('fence_reuse_orders', 'u64'), ('fence_reuse_refused', 'u64'),
+    ('fence_reuse_order_ns', 'u64'),
 )
 STAT_PARTS = ('current', 'peak', 'allocated', 'freed')
 

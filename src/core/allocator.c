@@ -510,6 +510,28 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     }
     if (held_grow && a->st.reserved_bytes[CCI_POOL_ALL].current > reserved_before)
         a->held_grown += (size_t)(a->st.reserved_bytes[CCI_POOL_ALL].current - reserved_before);
+    // Frees that skipped their fence (fenced.c, cci__free_unfenced) are in the free set: one
+    // order covers them all before any block goes to a new owner. Refused, the block goes back,
+    // the host waits for the device, and the allocation starts again.
+    if (__builtin_expect(cci__reuse_unordered(a), 0) && !cci__reuse_order(a)) {
+        cci_free_set_insert(&a->free_set[small], b);
+        if (cci__reuse_wait(a)) {
+            a->st.num_locked_allocs--;  // (counted again there)
+            cci__unlock(a);
+            return malloc_locked(a, rounded, size, stream, out, 0);
+        }
+        // Nothing could cover them (a capture we were not told of, say): a segment of its own,
+        // which has no free neighbour (an expandable segment's growth would merge into one).
+        b = a->exp ? NULL : alloc_segment(a, rounded, small, stream, 0, &rc);
+        if (!b) {
+            cci_log(CCI_LOG_WARNING, "device %d: no order, fence or synchronisation could cover "
+                    "blocks freed without a fence; a %zu-byte allocation fails rather than reuse "
+                    "them early", a->device, size);
+            cci__unlock(a);
+            return CCI_EOOM;
+        }
+        new_segment = 1;
+    }
     rc = hand_out(a, b, rounded, size);
     if (rc == CCI_OK) {
         *out = b->addr;
@@ -647,7 +669,10 @@ static __attribute__((noinline)) int free_locked(cci_allocator *a, uintptr_t ptr
     if (how == CCI_FREE_NOW) {
         cci__complete_block(a, b);  // freed on its own stream: reusable at once
     } else if (how == CCI_FREE_FENCED) {
-        cci__fenced_free(a, b);
+        if (cci__free_unfenced(a))
+            cci__complete_block(a, b);  // the order comes before its reuse (fenced.c)
+        else
+            cci__fenced_free(a, b);
     } else if (how == CCI_FREE_HELD) {
         b->state = BLOCK_PENDING;  // in no queue: only cci_free_complete_held completes it
         b->pending_seq = HELD_TICKET;

@@ -106,6 +106,8 @@ struct cci_allocator {
     size_t held_grown;                    // bytes grown while the allocating thread kept fenced
                                           // frees (tcache_fenced.c), since the last empty_cache
     int slack_grow;                       // this allocation passed a pending batch by on the budget
+    uint64_t unordered_frees;             // fenced frees that joined the free set at once (fence
+    uint64_t ordered_frees;               // ops' reuse_order), and how many of them an order covers
 
     // Per-thread caches (tcache.c).
     int tc_on;                            // cci_allocator_thread_cache: fast paths allowed
@@ -211,6 +213,17 @@ size_t cci__fenced_pending_bytes(const cci_allocator *a);
 void cci__fenced_tick(cci_allocator *a);
 /// Waits until every fenced free is reusable. 1 when something became reusable.
 int cci__fenced_drain(cci_allocator *a);
+/// At a fenced free: 1 when the backend lets the block join the free set at once, its fence
+/// skipped (fence_ops.reuse_order); the next block handed out is then ordered first.
+int cci__free_unfenced(cci_allocator *a);
+/// Some block of the free set may be one whose fence was skipped and which no order covers yet.
+static inline int cci__reuse_unordered(const cci_allocator *a) { return a->unordered_frees != a->ordered_frees; }
+/// Before a block goes to a new owner: the backend's order at reuse, without blocking. 1 when
+/// every such block is covered now.
+int cci__reuse_order(cci_allocator *a);
+/// The same where the backend could not order: a fence of its own waited for, else the device
+/// synchronised, with the lock dropped. 1 when every such block freed before is covered.
+int cci__reuse_wait(cci_allocator *a);
 /// Forgets every batch; release_fences = 0 leaves the backend's handles alone (fork child).
 void cci__fenced_destroy(cci_allocator *a, int release_fences);
 /// At a pool miss, before a new segment is reserved: the smallest whole free ordinary segment of

@@ -55,6 +55,7 @@ void cci_allocator_reset(cci_allocator *a, int release_segments)
     // The budgets spent growing instead of waiting: nothing is reserved any more.
     a->slack_used = a->held_grown = 0;
     a->slack_grow = 0;
+    a->ordered_frees = a->unordered_frees;  // the blocks went with the segments
     reset_stats(a);
     if (cci__exp_init(a) != 0)  // host out of memory: ordinary segments from now on
         cci_log(CCI_LOG_WARNING, "device %d: expandable segments off after the reset (host out of memory)",

@@ -119,6 +119,15 @@ typedef struct cci_backend_fence_ops {
     /// point of the backend's last `order`, a wait shorter than one for a newer fence. Never with
     /// the allocator lock held. CCI_OK, or CCI_EBACKEND (the core then waits for the fence).
     int (*catch_up)(void *ctx, int device);
+    /// Optional (NULL: never): an order at reuse instead of a fence per batch of frees. Asked with
+    /// `now` 0 at a fenced free: 1 when the backend can order every later use of memory after
+    /// every earlier one cheaply now (on CUDA: no stream busy beside the device's own order), so
+    /// that the block may join the free set at once; the core then asks with `now` 1 before it
+    /// hands any block to a new owner. With `now` 1: 1 when every use of memory queued from now on
+    /// is ordered after every use queued before the call (an order just made, or none needed
+    /// since the last), without blocking the host; 0 when it could not, and the core then waits
+    /// for a fence of its own. Like `orders`, it says nothing about old work having PASSED.
+    int (*reuse_order)(void *ctx, int device, int now);
 } cci_backend_fence_ops;
 
 /// fence_ops.order's "after a catch_up" (see there).
@@ -214,6 +223,12 @@ void cci_sim_set_fence_orders(cci_sim_device *sim, int orders);
 /// Whether a wait for reuse is answered by fence_ops.order (1) instead of a wait, as the CUDA
 /// backend does when every non-blocking stream is idle; counted apart from the waits.
 void cci_sim_set_fence_order(cci_sim_device *sim, int order);
+/// Whether a fenced free may skip its fence while no stream is modelled busy, the next block
+/// handed out then ordered (fence_ops.reuse_order), as the CUDA backend does; the next `n` orders
+/// at reuse are refused (tests of the core's fallback); what the orders at reuse did so far.
+void cci_sim_set_reuse_order(cci_sim_device *sim, int on);
+void cci_sim_refuse_reuse_orders(cci_sim_device *sim, uint64_t n);
+void cci_sim_reuse_counts(const cci_sim_device *sim, uint64_t *frees, uint64_t *orders, uint64_t *refused);
 /// Waits for reuse answered by fence_ops.order (cci_sim_set_fence_order) so far. With a fence
 /// width above CCI_FENCE_ORDER_MAX_BUSY the simulated backend keeps one order outstanding, as the
 /// CUDA backend does: an order is answered CCI_ORDER_BEHIND until the device has reached the last.

@@ -50,6 +50,12 @@ struct cci_sim_fences {
     uint64_t catch_ups;  // catch_up calls that made the device catch up with the last order
     uint64_t wait_calls, order_calls, catch_up_calls;  // every call, for the cost figures
     uint64_t orders_behind, orders_refused;            // the orders not made
+    // Orders at reuse (fence_ops.reuse_order): offered while `reuse` is set and no stream is
+    // modelled busy; `refuse` orders refused from now on (tests of the core's fallback).
+    int reuse;
+    uint64_t refuse;
+    uint64_t ordered_upto;  // fences recorded up to here order all later work (an order at reuse)
+    uint64_t reuse_frees, reuse_orders, reuse_refused;
 };
 
 cci_sim_fences *cci__sim_fences_create(void)
@@ -198,7 +204,30 @@ static int sim_fence_orders(void *ctx, int device, cci_fence h)
     cci_sim_fences *f = cci__sim_fences_of(ctx);
     pthread_mutex_lock(&f->lock);
     sim_fence *x = fence_at(f, h);
-    int rc = x ? x->orders : CCI_EBACKEND;
+    int rc = x ? x->orders || x->at <= f->ordered_upto : CCI_EBACKEND;
+    pthread_mutex_unlock(&f->lock);
+    return rc;
+}
+
+// An order at reuse, as the CUDA backend makes it where no side stream is busy: the device does
+// not catch up (the host never blocks), and every fence recorded so far orders all later work.
+static int sim_fence_reuse_order(void *ctx, int device, int now)
+{
+    (void)device;
+    cci_sim_fences *f = cci__sim_fences_of(ctx);
+    pthread_mutex_lock(&f->lock);
+    int rc = f->reuse && f->busy == 0;
+    if (!now) {
+        f->reuse_frees += (uint64_t)rc;
+    } else if (f->refuse) {
+        f->refuse--;
+        f->reuse_refused++;
+        rc = 0;
+    } else {
+        f->reuse_orders++;
+        f->ordered_upto = f->clock;
+        rc = 1;  // (also where reuse has been turned off since: the order is still made)
+    }
     pthread_mutex_unlock(&f->lock);
     return rc;
 }
@@ -267,6 +296,7 @@ const cci_backend_fence_ops cci__sim_fence_ops = {
     .orders = sim_fence_orders,
     .order = sim_fence_order,
     .catch_up = sim_fence_catch_up,
+    .reuse_order = sim_fence_reuse_order,
 };
 
 // ---- control from tests and replay (backend.h) -----------------------------------------------
@@ -289,6 +319,20 @@ void cci_sim_set_fence_busy(cci_sim_device *sim, unsigned streams) { SET_UNDER_L
 void cci_sim_set_fence_orders(cci_sim_device *sim, int orders) { SET_UNDER_LOCK(sim, orders, orders != 0); }
 
 void cci_sim_set_fence_order(cci_sim_device *sim, int order) { SET_UNDER_LOCK(sim, order, order != 0); }
+
+void cci_sim_set_reuse_order(cci_sim_device *sim, int on) { SET_UNDER_LOCK(sim, reuse, on != 0); }
+
+void cci_sim_refuse_reuse_orders(cci_sim_device *sim, uint64_t n) { SET_UNDER_LOCK(sim, refuse, n); }
+
+void cci_sim_reuse_counts(const cci_sim_device *sim, uint64_t *frees, uint64_t *orders, uint64_t *refused)
+{
+    cci_sim_fences *f = cci__sim_fences_of(sim);
+    pthread_mutex_lock(&f->lock);
+    *frees = f->reuse_frees;
+    *orders = f->reuse_orders;
+    *refused = f->reuse_refused;
+    pthread_mutex_unlock(&f->lock);
+}
 
 // One of the counters tests and replay read, under the group's lock.
 static uint64_t counter_under_lock(const cci_sim_device *sim, size_t offset)
@@ -361,5 +405,8 @@ void cci__sim_fence_costs(const cci_sim_device *sim, struct cci_stats *out)
     out->fence_orders_refused = f->orders_refused;
     out->fence_catch_up_calls = f->catch_up_calls;
     out->fence_catch_up_events = f->catch_ups;
+    out->fence_reuse_frees = f->reuse_frees;
+    out->fence_reuse_orders = f->reuse_orders;
+    out->fence_reuse_refused = f->reuse_refused;
     pthread_mutex_unlock(&f->lock);
 }

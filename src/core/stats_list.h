@@ -98,6 +98,10 @@ enum { CCI_COST_DEVICE, CCI_COST_PROCESS };
     X(fence_watcher_stream_queries, CCI_COST_PROCESS)                                              \
     X(fence_watcher_looks_ahead, CCI_COST_PROCESS)                                                 \
     X(fence_watched_answers, CCI_COST_PROCESS)                                                     \
+    X(fence_reuse_frees, CCI_COST_PROCESS)                                                         \
+    X(fence_reuse_orders, CCI_COST_PROCESS)                                                        \
+    X(fence_reuse_refused, CCI_COST_PROCESS)                                                       \
+    X(fence_reuse_order_ns, CCI_COST_PROCESS)                                                      \
     X(vmm_create_calls, CCI_COST_DEVICE)                                                           \
     X(vmm_create_ns, CCI_COST_DEVICE)                                                              \
     X(vmm_map_calls, CCI_COST_DEVICE)                                                              \

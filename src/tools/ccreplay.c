@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "              (default 0: idle side streams, PyTorch's stream pool on one GPU)\n"
             "  --fenced-order  with --fenced-lag: a wait for reuse is answered by ordering the streams on\n"
             "              the GPU instead, as the preload does with at most 4 busy streams (counted as\n"
-            "              orders; the host waits that remain are those it refuses)\n"
+            "              orders; the host waits that remain are those it refuses); with no stream\n"
+            "              busy, frees skip their fence and the next allocation orders (orders at reuse)\n"
             "  --json      print one JSON object instead of the table (with --sweep: the recommendation and\n"
             "              every configuration's peaks)\n"
             "  --sweep     replay a grid of configurations and recommend one\n"
@@ -100,12 +101,14 @@ static void print_json(const cci_trace *t, const cci_replay_result *r, const cci
     if (o->fenced)
         printf("\"fence_lag\": %llu, \"fence_streams\": %u, \"fence_busy\": %u, \"num_fence_records\": %llu, "
                "\"num_fence_waits\": %llu, \"num_blocking_waits\": %llu, \"num_fence_queries\": %llu, "
-               "\"fence_order\": %s, \"num_fence_orders\": %llu, \"num_fence_catch_ups\": %llu, ",
+               "\"fence_order\": %s, \"num_fence_orders\": %llu, \"num_fence_catch_ups\": %llu, "
+               "\"num_reuse_frees\": %llu, \"num_reuse_orders\": %llu, ",
                (unsigned long long)o->fence_lag, o->fence_streams ? o->fence_streams : 1, o->fence_busy,
                (unsigned long long)r->num_fence_records, (unsigned long long)r->num_fence_waits,
                (unsigned long long)r->num_blocking_waits, (unsigned long long)r->num_fence_queries,
                o->fence_order ? "true" : "false", (unsigned long long)r->num_fence_orders,
-               (unsigned long long)r->num_fence_catch_ups);
+               (unsigned long long)r->num_fence_catch_ups, (unsigned long long)r->num_reuse_frees,
+               (unsigned long long)r->num_reuse_orders);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode)
         printf("\"vmm_calls\": {\"page_creates\": %llu, \"maps\": %llu, \"set_access\": %llu, \"unmaps\": %llu, "
@@ -182,6 +185,10 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
         printf("orders              %llu waits answered by ordering the streams instead (%llu after the "
                "host waited for the last order)\n",
                (unsigned long long)r->num_fence_orders, (unsigned long long)r->num_fence_catch_ups);
+    if (r->num_reuse_frees)
+        printf("orders at reuse     %llu frees joined the pool at once, their fence skipped; %llu orders "
+               "before such blocks went to new owners\n",
+               (unsigned long long)r->num_reuse_frees, (unsigned long long)r->num_reuse_orders);
     const cci_vmm_counts *v = &r->vmm;
     if (v->mode) {
         // The calls a GPU run makes for the same requests, and what they cost there.

@@ -188,6 +188,8 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
                 cci_sim_set_fence_width(sims[d], opts->fence_streams);
                 cci_sim_set_fence_busy(sims[d], opts->fence_busy);
                 cci_sim_set_fence_order(sims[d], opts->fence_order && opts->fence_busy <= CCI_FENCE_ORDER_MAX_BUSY);
+                // The preload orders at reuse where no side stream is busy (fence_ops.reuse_order).
+                cci_sim_set_reuse_order(sims[d], opts->fence_order && opts->fence_busy == 0);
             }
             allocs[d] = sims[d] ? cci_allocator_create((int)d, cfg, cci_sim_backend(sims[d])) : NULL;
             if (!allocs[d]) {
@@ -293,6 +295,10 @@ int cci_replay_opts_until(const cci_trace *t, const cci_config *cfg, size_t capa
         res->num_fence_queries += cci_sim_fence_queries(sims[d]);
         res->num_fence_orders += cci_sim_fence_orders_made(sims[d]);
         res->num_fence_catch_ups += cci_sim_fence_catch_ups(sims[d]);
+        uint64_t rf, ro, rr;
+        cci_sim_reuse_counts(sims[d], &rf, &ro, &rr);
+        res->num_reuse_frees += rf;
+        res->num_reuse_orders += ro;
         cci_vmm_counts vc;
         if (cci_alloc_vmm_counts(allocs[d], &vc) == 0)
             vmm_counts_add(&res->vmm, &vc);

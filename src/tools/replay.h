@@ -44,6 +44,8 @@ typedef struct cci_replay_result {
     uint64_t num_fence_queries;  ///< fence queries the allocators made (summed over devices)
     uint64_t num_fence_orders;   ///< waits answered by ordering instead (--fenced-order)
     uint64_t num_fence_catch_ups; ///< of those, orders the host first waited for the last one for
+    uint64_t num_reuse_frees;    ///< fenced frees that skipped their fence (--fenced-order, none busy)
+    uint64_t num_reuse_orders;   ///< orders made before such blocks went to new owners
     cci_vmm_counts vmm;          ///< VMM calls, summed over devices (mode 0: ordinary segments);
                                  ///< the run's own, the allocators' teardown left out
     size_t nfirst_ooms;          ///< the first failed allocations, in trace order

@@ -32,7 +32,8 @@
     X(fence_orders_covered) X(fence_orders_refused) X(fence_orders_behind)                         \
     X(fence_order_stream_waits) X(fence_order_skips) X(fence_context_orders)                       \
     X(fence_watcher_rounds) X(fence_watcher_stream_queries) X(fence_watcher_looks_ahead)           \
-    X(fence_watched_answers) X(vmm_create_calls) X(vmm_create_ns) X(vmm_map_calls) X(vmm_map_ns)   \
+    X(fence_watched_answers) X(fence_reuse_frees) X(fence_reuse_orders) X(fence_reuse_refused)       \
+    X(fence_reuse_order_ns) X(vmm_create_calls) X(vmm_create_ns) X(vmm_map_calls) X(vmm_map_ns)   \
     X(vmm_set_access_calls) X(vmm_set_access_ns) X(vmm_unmap_calls) X(vmm_unmap_ns)                \
     X(vmm_release_calls) X(vmm_release_ns)
 

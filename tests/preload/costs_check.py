@@ -33,6 +33,10 @@ LINES = {
                rf"since\); {N} refused \(the host waited\); {N} answered behind the last order",
                ["fence_orders_made", "fence_orders_covered", "fence_order_stream_waits", "fence_order_ns",
                 "fence_order_skips", "fence_orders_refused", "fence_orders_behind"]),
+    "reuse": (rf"orders at reuse: {N} frees joined the pool at once, their fence skipped; {N} orders "
+              rf"before such blocks went to new owners, {MS} ms; {N} refused \(the allocation waited for "
+              rf"a fence\)",
+              ["fence_reuse_frees", "fence_reuse_orders", "fence_reuse_order_ns", "fence_reuse_refused"]),
     "vmm": (rf"virtual-memory calls on the host: {N} cuMemCreate {MS} ms, {N} cuMemMap {MS} ms, "
             rf"{N} cuMemSetAccess {MS} ms, {N} cuMemUnmap {MS} ms, {N} cuMemRelease {MS} ms",
             ["vmm_create_calls", "vmm_create_ns", "vmm_map_calls", "vmm_map_ns", "vmm_set_access_calls",
@@ -76,8 +80,8 @@ def main():
         if line.startswith("stat "):
             _, name, value = line.split()
             stats[name] = int(value)
-    if len(stats) != 42:
-        failures.append(f"{len(stats)} cost figures printed, not 42")
+    if len(stats) != 46:
+        failures.append(f"{len(stats)} cost figures printed, not 46")
     for what, (pattern, names) in LINES.items():
         found = re.findall(pattern, p.stderr)
         if not found:
@@ -86,6 +90,8 @@ def main():
             elif what == "orders" and (stats.get("fence_orders_made") or stats.get("fence_orders_refused")
                                        or stats.get("fence_orders_behind")):
                 failures.append("no orders line, though orders were decided")
+            elif what == "reuse" and stats.get("fence_reuse_frees"):
+                failures.append("no orders-at-reuse line, though frees skipped their fence")
             continue
         before = len(failures)
         if len(found) != 1:

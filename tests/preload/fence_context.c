@@ -12,7 +12,9 @@
 //                 owner's data is intact and the pool does not grow.
 //   one-order     8 idle streams, the legacy stream held: while an order's target is pending the
 //                 host waits for that target before it orders the next fence wanted (one order
-//                 at a time on the GPU).
+//                 at a time on the GPU; orders at reuse off).
+//   reuse-order   the same with orders at reuse: the frees skip their fences, the next
+//                 allocation orders, and the host never waits.
 //   capture-race  a thread captures in global mode, 20 times, while another allocates and frees
 //                 (fenced) without pause: every capture must survive, because a context event
 //                 is recorded only inside the capture gate with no capture underway.
@@ -113,8 +115,9 @@ static void idle_pool(const char *mode)
 // 8 idle non-blocking streams (more than 4), the legacy stream held, the new owners' work queued on
 // the legacy stream too, so nothing demands the held work but a host wait: while the last order's
 // target has not passed, the host waits for it before the next order, so orders and host waits
-// alternate (the host cannot run ever further ahead of the GPU).
-static void one_order(void)
+// alternate (the host cannot run ever further ahead of the GPU). Run with CCI_REUSE_ORDERS=0: with
+// orders at reuse (`reuse` set) the frees skip their fences, and the host never waits at all.
+static void one_order(int reuse)
 {
     ptest_api api = ptest_get_api();
     ptest_make_pool(pool, 8);
@@ -138,10 +141,19 @@ static void one_order(void)
     unsigned long long catch_ups = after.num_fence_catch_ups - before.num_fence_catch_ups;
     printf("one-order: %d pairs, %llu context waits (orders), %llu host waits for the last order, "
            "%llu for a fence\n", PAIRS, orders, catch_ups, waits);
-    // (Not orders <= catch_ups + waits + 1: on the fake, the wait that an order queues on an idle
-    // stream demands the held work when that stream's worker reaches it, which a GPU would not do.)
-    CHECK(orders > 0 && catch_ups > 0, "an order outstanding made the host wait for it before "
-          "ordering again: %llu orders, %llu waits for the last order", orders, catch_ups);
+    if (reuse) {
+        unsigned long long at_reuse = after.fence_reuse_orders - before.fence_reuse_orders;
+        CHECK(at_reuse > 0 && catch_ups == 0 && waits == 0, "orders at reuse (%llu) and no host wait "
+              "(%llu for the last order, %llu for a fence)", at_reuse, catch_ups, waits);
+        // (Most of these small frees stay with the thread behind its own fences: tcache_fenced.c.)
+        CHECK(after.fence_reuse_frees > before.fence_reuse_frees, "frees skipped their fences");
+    } else {
+        // (Not orders <= catch_ups + waits + 1: on the fake, the wait that an order queues on an
+        // idle stream demands the held work when that stream's worker reaches it, which a GPU
+        // would not do.)
+        CHECK(orders > 0 && catch_ups > 0, "an order outstanding made the host wait for it before "
+              "ordering again: %llu orders, %llu waits for the last order", orders, catch_ups);
+    }
     for (int i = 0; i < 8; i++)
         CUDA_OK(cudaStreamDestroy(pool[i]));
 }
@@ -282,7 +294,9 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "idle-pool"))
         idle_pool(argv[2]);
     else if (argc == 2 && !strcmp(argv[1], "one-order"))
-        one_order();
+        one_order(0);
+    else if (argc == 2 && !strcmp(argv[1], "reuse-order"))
+        one_order(1);
     else if (argc == 2 && !strcmp(argv[1], "capture-race"))
         capture_race();
     else if (argc == 2 && !strcmp(argv[1], "foreign"))
@@ -290,7 +304,7 @@ int main(int argc, char **argv)
     else if (argc == 2 && !strcmp(argv[1], "unseen"))
         unseen();
     else {
-        fprintf(stderr, "usage: %s idle-pool context|per-stream | one-order | capture-race | foreign | unseen\n", argv[0]);
+        fprintf(stderr, "usage: %s idle-pool context|per-stream | one-order | reuse-order | capture-race | foreign | unseen\n", argv[0]);
         return 2;
     }
     printf("fence_context %s: passed\n", argv[1]);

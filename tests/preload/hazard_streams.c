@@ -366,6 +366,45 @@ static outcome barrier_then_nonblocking(void)
     return o;
 }
 
+// Orders at reuse (preload/cuda/fence_order.c): a large block (past the thread's own batches)
+// freed while a held write still targets it joins the free set at once, and the next allocation
+// takes it back behind one order. The new owner's write is queued and given 300 ms to run (it
+// does, unordered) before the held write is let go: without the order it would run first and be
+// overwritten. `nonblocking` 0: writer and owner on blocking streams of their own (the order is an
+// event on the legacy stream); 1: the writer on the legacy stream, the owner on an idle
+// non-blocking stream (a context event and a context wait).
+#define LARGE ((size_t)8 << 20)
+static outcome reuse_order(int nonblocking)
+{
+    cudaStream_t a = nonblocking ? cudaStreamLegacy : make_stream(cudaStreamDefault);
+    cudaStream_t b = make_stream(nonblocking ? cudaStreamNonBlocking : cudaStreamDefault);
+    outcome o = {0};
+    void *p, *q;
+    CUDA_OK(cudaMalloc(&p, LARGE));
+    CUDA_OK(cudaMemset(p, 0, LARGE));
+    CUDA_OK(fakecuda_stream_hold(a, 1));
+    fakecuda_delayed_fill(p, OLD, LARGE, a, 0);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaFree(p));
+    CUDA_OK(cudaMalloc(&q, LARGE));
+    CUDA_OK(cudaMemsetAsync(q, NEW, LARGE, b));
+    for (int i = 0; i < 300 && cudaStreamQuery(b) == cudaErrorNotReady; i++)
+        usleep(1000);
+    CUDA_OK(fakecuda_stream_hold(a, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    o.owners = 1;
+    o.reused = q == p;
+    o.clobbered = !ptest_all_bytes(q, LARGE, NEW);
+    CUDA_OK(cudaFree(q));
+    if (!nonblocking)
+        CUDA_OK(cudaStreamDestroy(a));
+    CUDA_OK(cudaStreamDestroy(b));
+    return o;
+}
+
+static outcome reuse_order_blocking(void) { return reuse_order(0); }
+static outcome reuse_order_nonblocking(void) { return reuse_order(1); }
+
 static const struct {
     const char *name;
     outcome (*run)(void);
@@ -383,6 +422,8 @@ static const struct {
     {"destroyed-stream-busy", destroyed_stream_busy},
     {"return-then-new-stream", return_then_new_stream},
     {"barrier-then-nonblocking", barrier_then_nonblocking},
+    {"reuse-order-blocking", reuse_order_blocking},
+    {"reuse-order-nonblocking", reuse_order_nonblocking},
 };
 
 int main(int argc, char **argv)

@@ -29,14 +29,16 @@ int main(void)
     CUDA_OK(cudaFree(c));
     CUDA_OK(cudaMalloc(&c, N));
     CUDA_OK(cudaFree(c));
-    uint64_t records0 = ptest_stats(&api, 0).num_fence_records;
+    cci_stats c0 = ptest_stats(&api, 0);
     for (int i = 0; i < 64; i++) {
         CUDA_OK(cudaMalloc(&c, N));
         CUDA_OK(cudaFree(c));
     }
-    uint64_t fenced_records = ptest_stats(&api, 0).num_fence_records - records0;
-    CHECK(fenced_records > 0, "control: 64 cudaMalloc+cudaFree pairs recorded %llu fences",
-          (unsigned long long)fenced_records);
+    cci_stats c1 = ptest_stats(&api, 0);
+    uint64_t fenced_records = c1.num_fence_records - c0.num_fence_records,
+             reuse_orders = c1.fence_reuse_orders - c0.fence_reuse_orders;
+    CHECK(fenced_records + reuse_orders > 0, "control: 64 cudaMalloc+cudaFree pairs recorded %llu fences "
+          "and made %llu orders at reuse", (unsigned long long)fenced_records, (unsigned long long)reuse_orders);
 
     // Same stream: reused at once, no fence.
     void *p = talloc(N, 0, s1);

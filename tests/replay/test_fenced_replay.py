@@ -115,8 +115,8 @@ def main():
             check(idle["num_fence_waits"] >= busy["num_fence_waits"],
                   f"{name}: idle side streams waited less ({idle['num_fence_waits']}) than busy ones")
             waited_more.append(idle["num_fence_waits"] - busy["num_fence_waits"])
-            # THE ORDER (--fenced-order): each of those waits answered by ordering instead; with
-            # more busy streams than the backend sweeps (32 > 4), every one refused.
+            # THE ORDER (--fenced-order): with idle streams, orders at reuse instead of fences; with
+            # more busy streams than the backend sweeps (32 > 4), every order refused.
             ordered = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", "--fenced-order", path)
             refused = replay(ccreplay, "--fenced-lag", "64", "--fenced-streams", "32", "--fenced-busy", "32",
                              "--fenced-order", path)
@@ -124,11 +124,17 @@ def main():
                 print(f"{name}: lag 64, 32 idle streams, ordering: peak {ordered['peak_reserved_bytes'] >> 20} MiB, "
                       f"{ordered['num_fence_orders']} orders, {ordered['num_blocking_waits']} blocking waits")
                 check(ordered["fence_order"] is True and idle["fence_order"] is False, f"{name}: order not echoed")
-                check(ordered["num_fence_orders"] > 0 and ordered["num_blocking_waits"] == 0,
-                      f"{name}: idle streams: {ordered['num_fence_orders']} orders, "
-                      f"{ordered['num_blocking_waits']} blocking waits (expected only orders)")
-                check(ordered["peak_reserved_bytes"] <= idle["peak_reserved_bytes"] * 1.02,
-                      f"{name}: ordering peak {ordered['peak_reserved_bytes']} vs waiting {idle['peak_reserved_bytes']}")
+                # With every side stream idle the frees skip their fences (orders at reuse): the
+                # layout and peak are immediate reuse's, with no fence and no host wait.
+                check(ordered["num_reuse_orders"] > 0 and ordered["num_blocking_waits"] == 0
+                      and ordered["num_fence_records"] == 0,
+                      f"{name}: idle streams: {ordered['num_reuse_orders']} orders at reuse, "
+                      f"{ordered['num_fence_records']} fences, {ordered['num_blocking_waits']} blocking waits "
+                      f"(expected only orders)")
+                check(ordered["peak_reserved_bytes"] == imm["peak_reserved_bytes"],
+                      f"{name}: ordering at reuse peak {ordered['peak_reserved_bytes']} vs immediate "
+                      f"{imm['peak_reserved_bytes']}")
+                check(refused["num_reuse_frees"] == 0, f"{name}: busy streams skipped fences")
                 check(refused["num_fence_orders"] == 0 and refused["num_fence_waits"] == busy["num_fence_waits"],
                       f"{name}: 32 busy streams: {refused['num_fence_orders']} orders, "
                       f"{refused['num_fence_waits']} waits (expected {busy['num_fence_waits']}, none ordered)")

@@ -44,7 +44,7 @@ PROCESS_COSTS = [f"fence_{k}" for k in [
     "barrier_records", "context_records", "stream_queries", "stream_idle_answers", "sweeps",
     "shared_event_queries", "looks_put_off", "orders_made", "orders_covered", "orders_refused", "orders_behind",
     "order_stream_waits", "order_skips", "context_orders", "watcher_rounds", "watcher_stream_queries",
-    "watcher_looks_ahead", "watched_answers"]]
+    "watcher_looks_ahead", "watched_answers", "reuse_frees", "reuse_orders", "reuse_refused", "reuse_order_ns"]]
 
 
 def check_costs(dev):
