@@ -52,7 +52,8 @@ timing_of() {  # WORKLOAD: sets `timing`, torch_run.py's timing options for it
 part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
 for c in $CONFIGS; do
     case $c in
-        native | native-expandable | ours | ours-immediate | ours-expandable | ours-compact | ours-torch-cache) ;;
+        native | native-expandable | ours | ours-fences | ours-immediate | ours-expandable | ours-compact | \
+            ours-torch-cache) ;;
         *) cci_say "CONFIGS: unknown configuration '$c'"; exit 1 ;;
     esac
 done
@@ -126,7 +127,8 @@ fi
 # ---- PyTorch workloads ---------------------------------------------------------------------
 # Configurations: PyTorch's own allocator (native, expandable segments), and ours under
 # PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode, immediate_reuse, PyTorch's expandable
-# segments and our compacting mode; ours-torch-cache: ours in the default mode under PyTorch's own
+# segments and our compacting mode; ours-fences: the default mode with a fence per batch of frees
+# (CCI_REUSE_ORDERS=0, the policy before orders at reuse); ours-torch-cache: ours in the default mode under PyTorch's own
 # cache (the other way a PyTorch user can run us). CONFIGS selects a subset, WORKLOADS the
 # workloads.
 config_env() {
@@ -134,6 +136,7 @@ config_env() {
         native) echo "CCI_UNUSED=1" ;;
         native-expandable) echo "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" ;;
         ours | ours-torch-cache) echo "CCI_UNUSED=1" ;;
+        ours-fences) echo "CCI_REUSE_ORDERS=0" ;;
         ours-immediate) echo "CCI_ALLOC_CONF=immediate_reuse:True" ;;
         ours-expandable) echo "CCI_ALLOC_CONF=expandable_segments:True" ;;
         ours-compact) echo "CCI_ALLOC_CONF=${CCI_COMPACT_CONF:-compact_segments:True}" ;;

@@ -15,7 +15,10 @@
 #      say whether a result_sum that differs from native's is the allocator's doing).
 # Environment: PARTS (default "ddp threads generation"), CCI_GPU_OUT, DDP_ROUNDS (default 7),
 # MEM_ROUNDS (default 1), MEM_SECONDS (kept for them, default 95), GEN_ROUNDS (default 2),
-# THREAD_ROUNDS (default 3; the protocol for a wall-time verdict is 7), GEN_REQUESTS (default 6), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
+# THREAD_ROUNDS (default 3; the protocol for a wall-time verdict is 7), GEN_REQUESTS (default 6),
+# GEN_CONFIGS (the generation's configurations, default all of the above and ours-fences: the
+# default mode with a fence per batch, CCI_REUSE_ORDERS=0), GEN_GPU (default 1; 0 on a machine with
+# one GPU), STEPS (DDP steps, default 20), CCI_DEADLINE, PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
@@ -72,8 +75,9 @@ threads() {
 }
 generation() {
     for r in $(seq 1 "${GEN_ROUNDS:-2}"); do
-        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" native native-nocache ours ours-immediate ours-async ours-pluggable native-expandable ours-expandable ours-compact); do
-            local e=(CUDA_VISIBLE_DEVICES=1)
+        # shellcheck disable=SC2086  # GEN_CONFIGS: a list
+        for c in $("$PYTHON" tests/bench/repeat_stats.py order "$r" ${GEN_CONFIGS:-native native-nocache ours ours-fences ours-immediate ours-async ours-pluggable native-expandable ours-expandable ours-compact}); do
+            local e=("CUDA_VISIBLE_DEVICES=${GEN_GPU:-1}")
             case $c in
                 native) ;;
                 native-expandable) e+=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
@@ -83,6 +87,8 @@ generation() {
                 ours-async) e+=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CCI_ALLOC_CONF=backend:native
                                 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
                 ours) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
+                ours-fences) e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info
+                                 CCI_REUSE_ORDERS=0) ;;
                 ours-pluggable) e+=(CCI_TORCH_PLUGGABLE=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info) ;;
                 ours-*) conf=
                         [[ $c == ours-expandable ]] && conf=expandable_segments:True
@@ -92,7 +98,7 @@ generation() {
             esac
             (( $(cci_left) < 45 )) && { echo "== out of time before $c round $r"; return 1; }
             echo "== $c round $r"
-            timeout 120 env "${e[@]}" "$PYTHON" tests/bench/generation.py --requests "${GEN_REQUESTS:-6}" 2>&1 | grep -E '^\{|stream rule|fence costs|ordered on' | sed "s/^{/{\"config\": \"$c\", \"round\": $r, /"
+            timeout 120 env "${e[@]}" "$PYTHON" tests/bench/generation.py --requests "${GEN_REQUESTS:-6}" 2>&1 | grep -E '^\{|stream rule|fence costs|ordered on|orders at reuse' | sed "s/^{/{\"config\": \"$c\", \"round\": $r, /"
         done
     done
 }

@@ -67,7 +67,7 @@ def rx(v, suffix="x"):
 
 CHECK_LABELS = {
     "native": "PyTorch native", "native-expandable": "PyTorch expandable",
-    "ours": "ours default", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
+    "ours": "ours default", "ours-fences": "ours, fences per batch", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
     "ours-compact": "ours compact", "ours-torch-cache": "ours + PyTorch cache",
     "ours-no-budget": "ours, no fence budget", "ours-pluggable": "ours as PyTorch's pluggable allocator",
     "ours-async": "ours behind PyTorch's backend:cudaMallocAsync",

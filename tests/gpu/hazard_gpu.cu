@@ -51,8 +51,12 @@ __global__ void count_bad(const uint32_t *p, uint32_t n, uint32_t v, unsigned *b
             atomicAdd(bad, 1u);
 }
 
-static void old_write(void *p, cudaStream_t s) { slow_fill<<<64, 256, 0, s>>>((uint32_t *)p, N_WORDS, 0xA0A0A0A0u, SPIN_NS); }
-static void new_write(void *p, uint32_t v, cudaStream_t s) { slow_fill<<<64, 256, 0, s>>>((uint32_t *)p, N_WORDS, v, 0); }
+// The blocks' size in words: 1 MiB (the small pool, a thread's own fenced batches), or 8 MiB for
+// the large- scenarios (the allocator's free set, where a free skips its fence and the next
+// allocation orders: orders at reuse).
+static uint32_t words = N_WORDS;
+static void old_write(void *p, cudaStream_t s) { slow_fill<<<64, 256, 0, s>>>((uint32_t *)p, words, 0xA0A0A0A0u, SPIN_NS); }
+static void new_write(void *p, uint32_t v, cudaStream_t s) { slow_fill<<<64, 256, 0, s>>>((uint32_t *)p, words, v, 0); }
 
 typedef struct verdict { int rounds, reused, corrupt; } verdict;
 
@@ -62,7 +66,7 @@ static unsigned *d_bad;
 static int intact(void *p, uint32_t v)
 {
     CK(cudaMemset(d_bad, 0, sizeof *d_bad));
-    count_bad<<<64, 256>>>((const uint32_t *)p, N_WORDS, v, d_bad);
+    count_bad<<<64, 256>>>((const uint32_t *)p, words, v, d_bad);
     unsigned bad = 0;
     CK(cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost));
     return bad == 0;
@@ -77,13 +81,13 @@ static verdict cross(cudaStream_t a, cudaStream_t b, int async_free)
     void *q[ROUNDS];
     for (int i = 0; i < ROUNDS; i++) {
         void *p;
-        CK(cudaMalloc(&p, N_WORDS * 4));
+        CK(cudaMalloc(&p, words * 4));
         old_write(p, a);
         if (async_free)
             CK(cudaFreeAsync(p, a));
         else
             CK(cudaFree(p));
-        CK(cudaMalloc(&q[i], N_WORDS * 4));
+        CK(cudaMalloc(&q[i], words * 4));
         r.reused += q[i] == p;
         new_write(q[i], 0x10000u + i, b);
     }
@@ -114,6 +118,16 @@ static verdict legacy_then_nonblocking(void)
     CK(cudaStreamDestroy(b));
     return r;
 }
+
+static verdict large(verdict (*fn)(void))
+{
+    words = 8u << 18;
+    verdict r = fn();
+    words = N_WORDS;
+    return r;
+}
+static verdict large_two_blocking(void) { return large(two_blocking); }
+static verdict large_legacy_then_nonblocking(void) { return large(legacy_then_nonblocking); }
 
 static verdict nonblocking_then_legacy(void)
 {
@@ -377,6 +391,8 @@ static const struct { const char *name; verdict (*fn)(void); } scenarios[] = {
     {"return-then-new-stream", return_then_new_stream},
     {"two-blocking-streams", two_blocking},
     {"legacy-then-nonblocking", legacy_then_nonblocking},
+    {"large-two-blocking-streams", large_two_blocking},
+    {"large-legacy-then-nonblocking", large_legacy_then_nonblocking},
     {"nonblocking-then-legacy", nonblocking_then_legacy},
     {"driver-stream", driver_stream},
     {"per-thread-streams", per_thread_streams},
