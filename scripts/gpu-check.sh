@@ -25,7 +25,8 @@
 # wall time of a steady state, without CUDA's start-up (tests/bench/torch_run.py); REPEATS (rounds
 # of the torch workloads, default 2), CONFIGS (configurations, below), WORKLOADS (default: encoder resnet
 # seedfrag), CHECK_PARTS (default: examples hazards torch; e.g. CHECK_PARTS=torch for the timing
-# alone), TORCH_WORKLOADS (path to torch_workloads.py), NVCC, PYTHON.
+# alone), TORCH_WORKLOADS (path to torch_workloads.py), TORCH_NVML (set: each torch process also
+# records its NVML peak, "nvml_peak_mib" in its JSON line), NVCC, PYTHON.
 set -u -o pipefail
 # shellcheck source=scripts/gpu-common.sh
 source "$(dirname "$0")/gpu-common.sh"
@@ -146,6 +147,7 @@ run_torch() {  # WORKLOAD CONFIG ROUND
     local w=$1 c=$2 r=$3
     local log="$CCI_GPU_OUT/torch-$w-$c-r$r.log" timing
     timing_of "$w"
+    [[ -n ${TORCH_NVML:-} ]] && timing+=(--nvml)
     if [[ $c == native* ]]; then
         cci_run 150 "$log" env "$(config_env "$c")" \
             "$PYTHON" tests/bench/torch_run.py "$CCI_WORKLOADS" "$w" "${timing[@]}"

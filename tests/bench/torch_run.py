@@ -18,6 +18,9 @@ Peak figures cover the whole process, warm-up included, in every configuration a
 (every tensor is its own cudaMalloc), so the preload's peak reserved is the one to compare.
 --report writes the preload's report there (cci_dump_report; the format follows the extension:
 .txt, .json, .html) after the workload, while CUDA is still up. It may be given several times.
+--nvml adds the process's peak device memory as NVML saw it, sampled every 2 ms (nvml_peak.py):
+the like-for-like figure beside PyTorch's reserved one, since under the preload libraries' own
+cudaMalloc calls (cuBLAS, cuDNN) reach our pool, while PyTorch's reserved figure never holds them.
 """
 import contextlib
 import ctypes
@@ -25,6 +28,7 @@ import io
 import json
 import runpy
 import sys
+from pathlib import Path
 
 
 class Stat(ctypes.Structure):
@@ -133,6 +137,12 @@ def main():
         i = rest.index("--report")
         reports.append(rest[i + 1])
         del rest[i:i + 2]
+    nvml = "--nvml" in rest
+    if nvml:
+        rest.remove("--nvml")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from nvml_peak import sampler_for_torch_device
+        sampler = sampler_for_torch_device(0)
     steps = take_option(rest, "--steps", 20)
     warmup = take_option(rest, "--warmup-steps", 0)
     timed = take_option(rest, "--timed-runs", 1)
@@ -153,6 +163,8 @@ def main():
         res["result_sum"] = None  # never equal to another configuration's: the check fails
     import torch  # already imported by the workload; only its current device is needed here
     res["cci"] = cci_figures(torch.cuda.current_device(), reports)
+    if nvml:
+        res.update(sampler.stop())
     print(json.dumps(res), flush=True)
 
 
