@@ -173,6 +173,7 @@ static int order_now(cuda_fence *f)
 #define CENSUS_NS 20000000ull  // 20 ms: ~0.1 % of the host's time for 32 streams at ~1.5 us each
 static unsigned long long census_end;  // capture gate held
 static unsigned census_found;          // busy streams the last census saw (capped)
+static _Atomic int side_work_seen;     // some census found a non-blocking stream busy (stays set)
 
 static int census_ask(const cci_stream_ref *ref, void *arg)
 {
@@ -199,6 +200,8 @@ static unsigned census_busy(void)
     unsigned busy = 0;
     cci_stream_registry_each_nonblocking(census_ask, &busy);
     census_found = busy;
+    if (busy)
+        atomic_store(&side_work_seen, 1);
     census_end = cci_pl_now_ns();
     // Context fences make no looks: the census is what fence_ops.busy reports then.
     atomic_store_explicit(&cci__fence_last_look_busy, busy, memory_order_relaxed);
@@ -310,8 +313,12 @@ static int ctx_order_now(cuda_fence *f)
 //     ORDER's context round makes, without its one-order-at-a-time bound (that bound keeps the
 //     host from running ever further ahead while orders wait for busy streams; none is busy here,
 //     and a free that skipped its fence leaves nothing to catch up with).
-// Refused where the device has more than one primary context of ours, a capture may run, or a
-// destroyed stream's last work may still run: the core then waits for a fence of its own. The
+// Not offered with non-blocking streams live once any of them was found busy (NCCL's under DDP): the
+// program overlaps work across streams there, and a context wait before every reuse would hold
+// each stream's next work behind all the work queued so far, communication behind compute; such
+// programs keep THE ORDER's fences and their bound. Refused where the device has more than one
+// primary context of ours, a capture may run, or a destroyed stream's last work may still run:
+// the core then waits for a fence of its own. The
 // stream rule's synchronisation of every device (cci_cuda_fence_reuse_synced) also covers every
 // such free, so a capture begun after them finds nothing left to order.
 static _Atomic int reuse_unordered;  // a free skipped its fence since the last order or sync
@@ -326,7 +333,7 @@ static int reuse_may(void)
         return 0;
     if (cci_fences_may_barrier())
         return 1;
-    if (!cci_context_fences_usable() || !cci_capture_gate_enter())
+    if (!cci_context_fences_usable() || atomic_load(&side_work_seen) || !cci_capture_gate_enter())
         return 0;
     unsigned busy = census_busy();
     cci_capture_gate_leave();
@@ -498,4 +505,5 @@ void cci__fence_order_atfork_child(void)
     census_end = 0;
     order_last = NULL;  // the parent's event
     atomic_store(&reuse_unordered, 0);  // (the child's allocators start anew)
+    atomic_store(&side_work_seen, 0);
 }

@@ -15,6 +15,7 @@
 //                 at a time on the GPU; orders at reuse off).
 //   reuse-order   the same with orders at reuse: the frees skip their fences, the next
 //                 allocation orders, and the host never waits.
+//   busy-once     orders at reuse stop for good once a side stream was found busy.
 //   capture-race  a thread captures in global mode, 20 times, while another allocates and frees
 //                 (fenced) without pause: every capture must survive, because a context event
 //                 is recorded only inside the capture gate with no capture underway.
@@ -158,6 +159,45 @@ static void one_order(int reuse)
         CUDA_OK(cudaStreamDestroy(pool[i]));
 }
 
+// ---- busy-once ----
+
+// Large fenced frees (past the thread's own batches) with two idle non-blocking streams skip their
+// fences (orders at reuse); once a census has found one of the streams busy, they never do again,
+// even with both idle: a program that overlaps work across streams keeps its fences.
+static unsigned long long large_frees(int n)
+{
+    ptest_api api = ptest_get_api();
+    unsigned long long before = ptest_stats(&api, 0).fence_reuse_frees;
+    for (int i = 0; i < n; i++) {
+        void *p;
+        CUDA_OK(cudaMalloc(&p, (size_t)8 << 20));
+        CUDA_OK(cudaFree(p));
+        usleep(25000);  // past the census's 20 ms
+    }
+    return ptest_stats(&api, 0).fence_reuse_frees - before;
+}
+
+static void busy_once(void)
+{
+    ptest_make_pool(pool, 2);
+    CHECK(large_frees(3) == 3, "idle side streams: the frees skipped their fences");
+    void *w;
+    CUDA_OK(cudaMalloc(&w, N));
+    CUDA_OK(fakecuda_stream_hold(pool[0], 1));
+    CUDA_OK(cudaMemsetAsync(w, 1, N, pool[0]));
+    unsigned long long while_busy = large_frees(3);
+    CUDA_OK(fakecuda_stream_hold(pool[0], 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long after = large_frees(3);
+    printf("busy-once: %llu frees skipped their fence while a side stream was busy, %llu after\n", while_busy,
+           after);
+    CHECK(while_busy == 0 && after == 0, "once a side stream was seen busy no free skips its fence "
+          "(%llu while busy, %llu after)", while_busy, after);
+    CUDA_OK(cudaFree(w));
+    for (int i = 0; i < 2; i++)
+        CUDA_OK(cudaStreamDestroy(pool[i]));
+}
+
 // ---- capture-race ----
 
 static atomic_int captures_done;
@@ -297,6 +337,8 @@ int main(int argc, char **argv)
         one_order(0);
     else if (argc == 2 && !strcmp(argv[1], "reuse-order"))
         one_order(1);
+    else if (argc == 2 && !strcmp(argv[1], "busy-once"))
+        busy_once();
     else if (argc == 2 && !strcmp(argv[1], "capture-race"))
         capture_race();
     else if (argc == 2 && !strcmp(argv[1], "foreign"))
@@ -304,7 +346,7 @@ int main(int argc, char **argv)
     else if (argc == 2 && !strcmp(argv[1], "unseen"))
         unseen();
     else {
-        fprintf(stderr, "usage: %s idle-pool context|per-stream | one-order | reuse-order | capture-race | foreign | unseen\n", argv[0]);
+        fprintf(stderr, "usage: %s idle-pool context|per-stream | one-order | reuse-order | busy-once | capture-race | foreign | unseen\n", argv[0]);
         return 2;
     }
     printf("fence_context %s: passed\n", argv[1]);
