@@ -21,4 +21,14 @@ static inline const cci_stats *t_stats(cci_allocator *a, cci_stats *st)
     return st;
 }
 
+/// The end of a test on the simulated device: the allocator's invariants checked, then the
+/// allocator (its segments given back) and the device destroyed.
+static inline void t_check_destroy(cci_allocator *a, cci_sim_device *sim)
+{
+    char msg[256];
+    CHECK(cci_allocator_check(a, msg, sizeof msg) == 0, "invariants: %s", msg);
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+}
+
 #endif

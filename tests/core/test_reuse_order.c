@@ -33,10 +33,7 @@ static void make(fixture *f, int reuse)
 
 static void done(fixture *f)
 {
-    char msg[256];
-    CHECK(cci_allocator_check(f->a, msg, sizeof msg) == 0, "invariants: %s", msg);
-    cci_allocator_destroy(f->a, 1);
-    cci_sim_destroy(f->sim);
+    t_check_destroy(f->a, f->sim);
 }
 
 static uint64_t orders(fixture *f)
