@@ -318,9 +318,9 @@ static int ctx_order_now(cuda_fence *f)
 // each stream's next work behind all the work queued so far, communication behind compute; such
 // programs keep THE ORDER's fences and their bound. Refused where the device has more than one
 // primary context of ours, a capture may run, or a destroyed stream's last work may still run:
-// the core then waits for a fence of its own. The
-// stream rule's synchronisation of every device (cci_cuda_fence_reuse_synced) also covers every
-// such free, so a capture begun after them finds nothing left to order.
+// the core then waits for a fence of its own. The stream rule's synchronisation of every device
+// (cci_cuda_fence_reuse_sync_begin/_end) also covers every such free, so a capture begun after
+// them finds nothing left to order.
 static _Atomic int reuse_unordered;  // a free skipped its fence since the last order or sync
 
 static int reuse_may(void)

@@ -213,6 +213,11 @@ size_t cci__fenced_pending_bytes(const cci_allocator *a);
 void cci__fenced_tick(cci_allocator *a);
 /// Waits until every fenced free is reusable. 1 when something became reusable.
 int cci__fenced_drain(cci_allocator *a);
+/// Records a fence for `stream` now (one more in *recorded when it was) and waits for it with the
+/// lock dropped, then releases it: no work queued before the call can still touch memory last
+/// used there. CCI_OK, or CCI_EBACKEND where the backend has no fences or the record or the wait
+/// failed.
+int cci__fence_wait_now(cci_allocator *a, uint64_t stream, uint64_t *recorded);
 /// At a fenced free: 1 when the backend lets the block join the free set at once, its fence
 /// skipped (fence_ops.reuse_order); the next block handed out is then ordered first.
 int cci__free_unfenced(cci_allocator *a);

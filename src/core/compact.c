@@ -439,15 +439,7 @@ static int wait_other_streams(cci_allocator *a, const victim *v, size_t n)
             j++;
         if (j < i)
             continue;  // this stream was waited for already
-        cci_fence f;
-        if (!a->fences || a->fences->record(a->be.ctx, a->device, stream, &f) != CCI_OK)
-            return 0;
-        a->exp->n.stream_waits++;
-        cci__unlock(a);
-        int rc = a->fences->wait(a->be.ctx, a->device, f);
-        cci__lock(a);
-        a->fences->release(a->be.ctx, a->device, f);
-        if (rc != CCI_OK)
+        if (cci__fence_wait_now(a, stream, &a->exp->n.stream_waits) != CCI_OK)
             return 0;
     }
     return 1;

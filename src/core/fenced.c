@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "allocator_impl.h"
+#include "reclaim.h"
 #include "tcache.h"
 
 static size_t open_batch_limit(const cci_allocator *a)
@@ -416,28 +417,25 @@ int cci__reuse_order(cci_allocator *a)
     return 1;
 }
 
+int cci__fence_wait_now(cci_allocator *a, uint64_t stream, uint64_t *recorded)
+{
+    cci_fence f;
+    if (!a->fences || a->fences->record(a->be.ctx, a->device, stream, &f) != CCI_OK)
+        return CCI_EBACKEND;
+    (*recorded)++;
+    cci__unlock(a);
+    int rc = a->fences->wait(a->be.ctx, a->device, f);
+    cci__lock(a);
+    a->fences->release(a->be.ctx, a->device, f);
+    return rc == CCI_OK ? CCI_OK : CCI_EBACKEND;
+}
+
 int cci__reuse_wait(cci_allocator *a)
 {
-    uint64_t upto = a->unordered_frees;
-    cci_fence f;
-    int rc = CCI_EBACKEND;
-    if (a->fences->record(a->be.ctx, a->device, CCI_STREAM_ALL, &f) == CCI_OK) {
-        a->st.num_fence_records++;
-        a->st.num_fence_waits++;
-        cci__unlock(a);
-        rc = a->fences->wait(a->be.ctx, a->device, f);
-        a->fences->release(a->be.ctx, a->device, f);
-        cci__lock(a);
-    }
-    if (rc != CCI_OK && a->be.ops->synchronize) {
-        cci__unlock(a);
-        rc = a->be.ops->synchronize(a->be.ctx, a->device);
-        cci__lock(a);
-        a->st.num_sync_all_streams += rc == CCI_OK;
-    } else if (rc != CCI_OK) {
-        rc = CCI_OK;  // no synchronize: nothing runs asynchronously (backend.h)
-    }
-    if (rc != CCI_OK)
+    uint64_t upto = a->unordered_frees, records = a->st.num_fence_records;
+    int rc = cci__fence_wait_now(a, CCI_STREAM_ALL, &a->st.num_fence_records);
+    a->st.num_fence_waits += a->st.num_fence_records - records;  // a wait for every fence recorded
+    if (rc != CCI_OK && cci__sync_device(a) != CCI_OK)
         return 0;
     if (a->ordered_frees < upto)
         a->ordered_frees = upto;

@@ -26,19 +26,26 @@ static void complete_pending(cci_allocator *a, uint64_t upto)
 }
 
 // (reclaim.h)
+int cci__sync_device(cci_allocator *a)
+{
+    if (!a->be.ops->synchronize)
+        return CCI_OK;
+    cci__unlock(a);
+    int rc = a->be.ops->synchronize(a->be.ctx, a->device);
+    cci__lock(a);
+    if (rc != CCI_OK)
+        return CCI_EBACKEND;
+    a->st.num_sync_all_streams++;
+    return CCI_OK;
+}
+
 int cci__sync_pending(cci_allocator *a)
 {
     if (!a->pend_head)
         return 0;
     uint64_t upto = a->pend_seq;
-    if (a->be.ops->synchronize) {
-        cci__unlock(a);
-        int rc = a->be.ops->synchronize(a->be.ctx, a->device);
-        cci__lock(a);
-        if (rc != CCI_OK)
-            return 0;
-        a->st.num_sync_all_streams++;
-    }
+    if (cci__sync_device(a) != CCI_OK)
+        return 0;
     complete_pending(a, upto);
     return 1;
 }

@@ -28,6 +28,10 @@ static inline int pending_batch_full(const cci_allocator *a, size_t need)
 /// (another thread may be waiting to free or allocate), so callers must search again afterwards.
 /// Returns 0 when nothing was pending or the sync failed (e.g. during a graph capture).
 int cci__sync_pending(cci_allocator *a);
+/// Synchronises the device with the lock dropped around it, counted in num_sync_all_streams.
+/// CCI_OK also where the backend has no synchronize (nothing runs asynchronously), else
+/// CCI_EBACKEND (e.g. during a graph capture).
+int cci__sync_device(cci_allocator *a);
 /// Releases every whole free segment of both pools (and, for expandable segments, their free
 /// pages).
 void cci__release_cached_all(cci_allocator *a);
