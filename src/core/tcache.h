@@ -48,19 +48,21 @@ int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 /// layouts and checks, a thread's exit. Other stops (frees, statistics, log flushes) leave the
 /// magazines alone: their blocks already count as freed.
 void cci__tc_drain_all(cci_allocator *a);
-/// Lock held: every block the calling thread keeps behind its own fences goes to the allocator
-/// (tcache_fenced.c), before the pool would grow: the policy then waits for or orders those fences
-/// as for its own. 1 when there were any.
-int cci__tc_held_give_mine(cci_allocator *a);
+/// Lock held, before the pool would grow: every block the calling thread keeps behind its own
+/// fences goes to the allocator (tcache_fenced.c), and in the virtual-memory modes, for a `small`
+/// request, every thread's: the policy then orders, waits for or skips those fences as for its
+/// own. 1 when there were any.
+int cci__tc_held_give_back(cci_allocator *a, int small);
 /// Lock held: a passed block of `rounded` on `stream` that the calling thread keeps, out of its
 /// batches (its state KEPT, its figures those of a free block), or NULL. The thread's kept blocks
 /// otherwise stay with it at a locked allocation (cci__tc_drain_mine leaves them).
 cci_block *cci__tc_held_take(cci_allocator *a, size_t rounded, uint64_t stream);
 /// Lock held: whether the pool may grow for a small request while the calling thread keeps
-/// fenced frees, instead of taking them back: within HELD_MAX_BYTES per cache in all.
+/// fenced frees, instead of taking them back: within HELD_MAX_BYTES per cache in all in the
+/// default mode, HELD_GROW_VMM in the virtual-memory modes.
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded);
 /// Lock held: the calling thread's magazine blocks only (not its kept fenced frees: those go back
-/// before the pool would grow, cci__tc_held_give_mine). A locked allocation starts with these,
+/// before the pool would grow, cci__tc_held_give_back). A locked allocation starts with these,
 /// and takes the other threads' blocks only when one of them fits the request better than the
 /// free set's best (cci__tc_fitting): draining every thread at every locked allocation made
 /// one thread's miss empty the others' magazines, so that their next allocations missed too.

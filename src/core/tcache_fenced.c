@@ -215,7 +215,9 @@ static void release_list(cci_allocator *a, cci_tc *tc, cci_block *b, int to)
         h->nheld--;
         h->bytes -= b->size;
         table_remove(tc, b);
-        if (to == TO_PENDING) {
+        if (to == TO_PENDING && cci__free_unfenced(a)) {
+            cci__complete_held(a, b);  // the order comes before its reuse (fenced.c)
+        } else if (to == TO_PENDING) {
             cci__release_held_pending(a, b);
         } else if (to == TO_FREE) {
             cci__complete_held(a, b);
@@ -271,16 +273,30 @@ int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
     // (2026-11-28) found their newest fence pending at most misses, gave their batches back each
     // time, and spent their time in the lock's stops.
     const cci_tc *tc = a->tc_mine;
-    return tc && tc->held.nheld && cci_is_small(rounded) && a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
+    size_t each = a->cfg.expandable_segments || a->cfg.compact_segments ? HELD_GROW_VMM : HELD_MAX_BYTES;
+    return tc && tc->held.nheld && cci_is_small(rounded) && a->held_grown < (size_t)a->ntcs * each;
 }
 
-int cci__tc_held_give_mine(cci_allocator *a)
+int cci__tc_held_give_back(cci_allocator *a, int small)
 {
     cci_tc *tc = a->tc_mine;
-    if (!tc || !tc->held.nheld)
-        return 0;
-    cci__tc_held_drain(a, tc);
-    return 1;
+    if (!(a->cfg.expandable_segments || a->cfg.compact_segments)) {
+        if (!tc || !tc->held.nheld)
+            return 0;
+        cci__tc_held_drain(a, tc);
+        return 1;
+    }
+    // In the virtual-memory modes, for a small request, every thread's kept frees go back (the
+    // lock has stopped their caches): a kept block joins no free run, and under compact_segments
+    // resnet's threads kept 20 MiB of small pages apart from each other's allocations that way
+    // (docs/benchmarks.md, 'Kept frees in the virtual-memory modes').
+    int any = 0;
+    for (tc = small ? a->tcs : NULL; tc; tc = tc->next)
+        if (tc->held.nheld) {
+            cci__tc_held_drain(a, tc);
+            any = 1;
+        }
+    return any;
 }
 
 void cci__tc_held_forget(cci_allocator *a, cci_tc *tc)

@@ -93,6 +93,13 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 #ifndef HELD_MAX_BYTES
 #define HELD_MAX_BYTES ((size_t)16 << 20)  // bytes held at once: open, closed and passed
 #endif
+// What the pool may grow by for the kept batches, per thread (cci__tc_held_may_grow): their bound
+// in the default mode; in the virtual-memory modes, whose promise is to reserve what is allocated,
+// none: there a thread short of passed blocks gives its kept frees back, and the policy orders
+// or waits for them as for its own.
+#ifndef HELD_GROW_VMM
+#define HELD_GROW_VMM ((size_t)0)
+#endif
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
 
 typedef struct {

@@ -43,6 +43,14 @@
 static void fenced_work(int device, cudaStream_t side, cudaStream_t other)
 {
     CUDA_OK(cudaSetDevice(device));
+    // First a free while the side stream is seen busy (as NCCL's is under DDP): from then on frees
+    // are fenced, not ordered at reuse, whatever the fake's timing.
+    void *first;
+    CUDA_OK(cudaMalloc(&first, (size_t)2 << 20));
+    CUDA_OK(fakecuda_stream_hold(side, 1));
+    CUDA_OK(cudaMemsetAsync(first, NEW, 4096, side));
+    CUDA_OK(cudaFree(first));
+    CUDA_OK(fakecuda_stream_hold(side, 0));
     for (int i = 0; i < 200; i++) {
         void *p;
         CUDA_OK(cudaMalloc(&p, ((size_t)1 << 20) << (i % 4)));
