@@ -176,6 +176,7 @@ def check(log_dir):
     workloads = os.environ.get("WORKLOADS", " ".join(WORKLOADS)).split()
     bad = []
     times = []   # (workload, label, time figures) for the second table
+    nvml = []    # (workload, label, median, max, x native, x PyTorch expandable): the NVML table
     nrounds = 0
     print("Workloads: peak reserved and wall time against PyTorch native (same call, same device; medians "
           "over the rounds, 'peak max' the largest peak of any round)")
@@ -195,6 +196,8 @@ def check(log_dir):
         mismatches = check_result_sums(w, {**runs, "native": native})
         bad.extend(mismatches)
         n_peak = med(peak_reserved(x, False) for x in good_native.values())
+        n_nvml = med(x.get("nvml_peak_mib") for x in good_native.values())
+        e_nvml = med(x.get("nvml_peak_mib") for x in (runs.get("native-expandable") or {}).values() if x)
         n_secs = seconds_by_round(good_native)
         for c in configs:
             label = CHECK_LABELS.get(c, c)
@@ -224,6 +227,9 @@ def check(log_dir):
             fig["x_fastest"] = fastest_ratio(every_timed_run(good), every_timed_run(good_native))
             fig["x_quartile"] = quartile_ratio(every_timed_run(good), every_timed_run(good_native))
             times.append((w, label, fig, c.startswith("ours")))
+            nv = [x.get("nvml_peak_mib") for x in good.values()]
+            if med(nv) is not None:
+                nvml.append((w, label, med(nv), mx(nv), div(med(nv), n_nvml), div(med(nv), e_nvml)))
             match = not any(f"{w}/{c} round" in m for m in mismatches)
             sums = sorted({x.get("result_sum") for x in good.values()}, key=str)
             counter = (lambda k: med(cc.get(k) for cc in ccs)) if ours else (lambda k: None)
@@ -234,6 +240,16 @@ def check(log_dir):
                   f" {f(counter('num_fence_records'), '.0f'):>7}"
                   f" {f(counter('num_fence_waits'), '.0f'):>6}"
                   f" {f(counter('num_fence_catch_ups'), '.0f'):>9}")
+    if nvml:
+        # What the device gave the whole process (torch_run.py --nvml): the one figure that counts
+        # alike on both sides what PyTorch's counters never see under its own allocator (cuBLAS's
+        # cudaMalloc at handle creation, which reaches our pool under the preload).
+        print()
+        print("NVML peaks: the process's device memory, the CUDA context and every library's own allocations "
+              "included on both sides (medians over the rounds)")
+        print(f"{'workload':<10}{'configuration':<22}{'NVML peak':>12}{'peak max':>10}{'x native':>10}{'x PT expandable':>17}")
+        for w, label, m, top, xn, xe in nvml:
+            print(f"{w:<10}{label:<22}{f(m, '.0f', ' MiB'):>12}{f(top, '.0f'):>10}{f(xn, '.4f'):>10}{f(xe, '.4f'):>17}")
     if times:
         print()
         print(f"Wall time over {nrounds} round(s), every configuration once per round, the order rotated "

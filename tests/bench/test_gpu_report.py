@@ -128,13 +128,15 @@ check(dev is not None or (isinstance(why, str) and why), f"opening NVML gives a 
 MiB = 1 << 20
 
 
-def torch_line(w, secs, peak, rsum, cci_peak=None, runs=None):
+def torch_line(w, secs, peak, rsum, cci_peak=None, runs=None, nvml=None):
     cci = None if cci_peak is None else {"active": True, "peak_reserved_mib": cci_peak, "peak_allocated_mib": 100.0,
                                          "num_sync_all_streams": 0, "num_fence_records": 5, "num_fence_waits": 1}
     line = {"workload": w, "seconds": secs, "peak_reserved_mib": peak, "peak_allocated_mib": 100.0,
             "result_sum": rsum, "cci": cci}
     if runs:
         line["seconds_runs"] = runs
+    if nvml is not None:
+        line["nvml_peak_mib"] = nvml
     return json.dumps(line)
 
 
@@ -200,6 +202,26 @@ with tempfile.TemporaryDirectory() as d:
     # Nearest-rank first quartiles of the nine runs a side: ours 0.60, native 0.66.
     check(rc == 0 and f"{0.55 / 0.50:>9.3f}{0.60 / 0.66:>9.3f}  " in tline,
           f"fastest and p25 over every timed run: {tline}")
+
+with tempfile.TemporaryDirectory() as d:
+    # NVML peaks (torch_run.py --nvml): their own table, against native and PyTorch expandable.
+    for r in (1, 2, 3):
+        write(d, f"torch-seedfrag-native-r{r}.log", torch_line("seedfrag", 1.0, 200.0, 2.0, nvml=900.0 + r))
+        write(d, f"torch-seedfrag-native-expandable-r{r}.log", torch_line("seedfrag", 1.0, 180.0, 2.0, nvml=850.0))
+        write(d, f"torch-seedfrag-ours-compact-r{r}.log",
+              torch_line("seedfrag", 1.0, 0.0, 2.0, cci_peak=180.0, nvml=[840.0, 860.0, 845.0][r - 1]))
+    rc, out = report("check", d, "native native-expandable ours-compact")
+    def nvml_row(out, label):
+        table = out[out.index("NVML peaks"):].split("\n\n")[0] if "NVML peaks" in out else ""
+        return next((l for l in table.splitlines() if l.startswith("seedfrag") and label in l), "")
+    nline = nvml_row(out, "ours compact")
+    check(rc == 0 and "NVML peaks" in out and nline.split()[3:7] == ["845", "MiB", "860", f"{845 / 902:.4f}"]
+          and nline.split()[-1] == f"{845 / 850:.4f}", f"NVML: median, max, x native, x PyTorch expandable: {nline}")
+    write(d, "torch-seedfrag-ours-compact-r1.log", torch_line("seedfrag", 1.0, 0.0, 2.0, cci_peak=180.0))
+    rc, out = report("check", d, "native ours-compact")
+    nline = nvml_row(out, "ours compact")
+    check(rc == 0 and nline.split()[-1] == "-" and nline.split()[3] == f"{(860.0 + 845.0) / 2:.0f}",
+          f"a round without NVML is left out; without PyTorch expandable in the call that ratio is '-': {nline}")
 
 with tempfile.TemporaryDirectory() as d:
     # Before REPEATS: one torch-<w>-<c>.log per configuration is read as round 1.
