@@ -273,14 +273,14 @@ int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
     // (2026-11-28) found their newest fence pending at most misses, gave their batches back each
     // time, and spent their time in the lock's stops.
     const cci_tc *tc = a->tc_mine;
-    size_t each = a->cfg.expandable_segments || a->cfg.compact_segments ? HELD_GROW_VMM : HELD_MAX_BYTES;
+    size_t each = a->exp ? HELD_GROW_VMM : HELD_MAX_BYTES;  // (a->exp: segments of mapped pages)
     return tc && tc->held.nheld && cci_is_small(rounded) && a->held_grown < (size_t)a->ntcs * each;
 }
 
 int cci__tc_held_give_back(cci_allocator *a, int small)
 {
     cci_tc *tc = a->tc_mine;
-    if (!(a->cfg.expandable_segments || a->cfg.compact_segments)) {
+    if (!a->exp) {
         if (!tc || !tc->held.nheld)
             return 0;
         cci__tc_held_drain(a, tc);
