@@ -158,9 +158,12 @@ static inline __attribute__((always_inline)) void stats_fold_in(cci_stats *stats
 // Its magazine blocks stay where they are (see cci__tc_drain_all): they count as freed already.
 static void fold_cache(cci_allocator *a, cci_tc *tc)
 {
-    if (!tc->dirty)
+    if (!tc->dirty) {
+        tc->held.quiet += tc->held.quiet < HELD_QUIET_STOPS;
         return;
+    }
     tc->dirty = 0;
+    tc->held.quiet = 0;
     // The net change is what the credits moved since the unlock gave them. What the fast paths
     // raised is spent, what they lowered earned (the value moved away from its peak): the credits
     // stay where the fast paths left them, and the unlock hands out what is left.

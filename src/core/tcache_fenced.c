@@ -266,15 +266,29 @@ cci_block *cci__tc_held_take(cci_allocator *a, size_t rounded, uint64_t stream)
     return b;
 }
 
+// Whether a thread other than tc's has run its fast paths within the last HELD_QUIET_STOPS stops.
+static int others_at_work(const cci_allocator *a, const cci_tc *tc)
+{
+    for (const cci_tc *t = a->tcs; t; t = t->next)
+        if (t != tc && t->held.quiet < HELD_QUIET_STOPS)
+            return 1;
+    return 0;
+}
+
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
 {
     // The allowance is what the threads may keep at once; it is spent once (until empty_cache).
     // Growing only while no batch was behind a fence was not enough: eight threads on an H200
     // (2026-11-28) found their newest fence pending at most misses, gave their batches back each
-    // time, and spent their time in the lock's stops.
+    // time, and spent their time in the lock's stops. In the virtual-memory modes, whose promise
+    // is to reserve what is allocated, only while threads run side by side: there the batches are
+    // what keeps each thread off the lock (eight threads of a thread-per-stream loop ran 8-80x slower
+    // under compact_segments without it); a thread at work alone, or while the others are idle
+    // (PyTorch's main and backward threads take turns), gives its kept frees back instead.
     const cci_tc *tc = a->tc_mine;
-    size_t each = a->exp ? HELD_GROW_VMM : HELD_MAX_BYTES;  // (a->exp: segments of mapped pages)
-    return tc && tc->held.nheld && cci_is_small(rounded) && a->held_grown < (size_t)a->ntcs * each;
+    if (!tc || !tc->held.nheld || !cci_is_small(rounded) || (a->exp && !others_at_work(a, tc)))
+        return 0;
+    return a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
 }
 
 int cci__tc_held_give_back(cci_allocator *a, int small)
@@ -286,14 +300,17 @@ int cci__tc_held_give_back(cci_allocator *a, int small)
         cci__tc_held_drain(a, tc);
         return 1;
     }
-    // In the virtual-memory modes, for a small request, every thread's kept frees go back (the
-    // lock has stopped their caches): a kept block joins no free run, and under compact_segments
-    // resnet's threads kept 20 MiB of small pages apart from each other's allocations that way
-    // (docs/benchmarks.md, 'Kept frees in the virtual-memory modes').
+    // In the virtual-memory modes, for a small request, the kept frees of every thread whose fast
+    // paths have been idle for HELD_QUIET_STOPS stops go back too (the lock has stopped their
+    // caches): a kept block joins no free run, and under compact_segments resnet's backward
+    // thread kept 20 MiB of small pages apart from the main thread's allocations that way. A
+    // thread still at work keeps them: taking every thread's at each growth had eight threads of
+    // a thread-per-stream loop queue at the lock (docs/benchmarks.md, 'Kept frees in the
+    // virtual-memory modes').
     int any = 0;
-    for (tc = small ? a->tcs : NULL; tc; tc = tc->next)
-        if (tc->held.nheld) {
-            cci__tc_held_drain(a, tc);
+    for (cci_tc *t = small ? a->tcs : NULL; t; t = t->next)
+        if (t->held.nheld && (t == tc || t->held.quiet >= HELD_QUIET_STOPS)) {
+            cci__tc_held_drain(a, t);
             any = 1;
         }
     return any;

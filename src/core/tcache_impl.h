@@ -93,12 +93,10 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 #ifndef HELD_MAX_BYTES
 #define HELD_MAX_BYTES ((size_t)16 << 20)  // bytes held at once: open, closed and passed
 #endif
-// What the pool may grow by for the kept batches, per thread (cci__tc_held_may_grow): their bound
-// in the default mode; in the virtual-memory modes, whose promise is to reserve what is allocated,
-// none: there a thread short of passed blocks gives its kept frees back, and the policy orders
-// or waits for them as for its own.
-#ifndef HELD_GROW_VMM
-#define HELD_GROW_VMM ((size_t)0)
+// Stops in a row a thread's fast paths must have been idle for to count as idle in the
+// virtual-memory modes' rules for kept frees (cci__tc_held_may_grow, cci__tc_held_give_back).
+#ifndef HELD_QUIET_STOPS
+#define HELD_QUIET_STOPS 2
 #endif
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
 
@@ -119,6 +117,8 @@ typedef struct {
     uint64_t records;                    // fences recorded since the last stop (fold_cache)
     int no_fence;                        // a record failed: no more fenced frees kept until a
                                          // locked allocation hands the open ones over
+    unsigned quiet;                      // stops in a row that found its fast paths idle since the
+                                         // one before (fold_cache): its kept frees lie unused
 } tc_held;
 
 // The classes of a `filled` mask, lowest first: the order a scan of every class would take.

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Kept fenced frees in the virtual-memory modes (src/core/tcache_fenced.c), on the simulated
 // device whose fences never pass by themselves (a lag of 1000 records): another thread keeps small
-// blocks behind its own fences, and this thread's small allocations would grow the pool. In
-// expandable_segments and compact_segments they get the other thread's kept blocks instead (each
+// blocks behind its own fences and then idles (as PyTorch's backward thread does while the main
+// thread runs the next forward pass), and this thread's small allocations would grow the pool. In
+// expandable_segments and compact_segments they get the idle thread's kept blocks instead (each
 // behind the allocator's fence or order first), and the pool does not grow; in the default mode
 // (the control) the other thread keeps its blocks and the pool grows, as before. With orders at
 // reuse on, the blocks given back skip their fence and one order precedes their reuse. This thread
-// keeps a fenced free too: the default mode's allowance for its batches lets the pool grow, the
-// virtual-memory modes' (none) does not.
+// keeps a fenced free too: the default mode's allowance for its batches lets the pool grow; in the
+// virtual-memory modes, with no other thread at work, there is none.
 #include <pthread.h>
 #include <string.h>
 
