@@ -461,8 +461,8 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     // The pool would grow while this thread keeps fenced frees (tcache_fenced.c). Within the
     // kept batches' allowance it grows: their blocks come back once their fence passes, and
     // taking them apart here at every miss left no batch ever full, every later pair locked.
-    // Past it (at once in the virtual-memory modes), this thread's kept frees go to the policy
-    // first, and in those modes every thread's (cci__tc_held_give_back).
+    // Past it, this thread's kept frees go to the policy first, and in the virtual-memory modes
+    // those of threads idle for a while (cci__tc_held_give_back).
     int held_grow = !b && cci__tc_held_may_grow(a, rounded);
     if (!b && !held_grow && cci__tc_held_give_back(a, small))
         b = cci__take_free_block(a, rounded, small, stream);

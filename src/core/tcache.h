@@ -50,16 +50,16 @@ int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 void cci__tc_drain_all(cci_allocator *a);
 /// Lock held, before the pool would grow: every block the calling thread keeps behind its own
 /// fences goes to the allocator (tcache_fenced.c), and in the virtual-memory modes, for a `small`
-/// request, every thread's: the policy then orders, waits for or skips those fences as for its
-/// own. 1 when there were any.
+/// request, those of every thread idle for HELD_QUIET_STOPS stops: the policy then orders, waits
+/// for or skips those fences as for its own. 1 when there were any.
 int cci__tc_held_give_back(cci_allocator *a, int small);
 /// Lock held: a passed block of `rounded` on `stream` that the calling thread keeps, out of its
 /// batches (its state KEPT, its figures those of a free block), or NULL. The thread's kept blocks
 /// otherwise stay with it at a locked allocation (cci__tc_drain_mine leaves them).
 cci_block *cci__tc_held_take(cci_allocator *a, size_t rounded, uint64_t stream);
 /// Lock held: whether the pool may grow for a small request while the calling thread keeps
-/// fenced frees, instead of taking them back: within HELD_MAX_BYTES per cache in all in the
-/// default mode, HELD_GROW_VMM in the virtual-memory modes.
+/// fenced frees, instead of taking them back: within HELD_MAX_BYTES per cache in all, and in the
+/// virtual-memory modes only while another thread's fast paths are at work.
 int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded);
 /// Lock held: the calling thread's magazine blocks only (not its kept fenced frees: those go back
 /// before the pool would grow, cci__tc_held_give_back). A locked allocation starts with these,
