@@ -266,11 +266,14 @@ cci_block *cci__tc_held_take(cci_allocator *a, size_t rounded, uint64_t stream)
     return b;
 }
 
-// Whether a thread other than tc's has run its fast paths within the last HELD_QUIET_STOPS stops.
+// Whether t's fast paths have been idle for the last HELD_QUIET_STOPS stops (fold_cache counts).
+static int idle(const cci_tc *t) { return t->held.quiet >= HELD_QUIET_STOPS; }
+
+// Whether a thread other than tc's is at work.
 static int others_at_work(const cci_allocator *a, const cci_tc *tc)
 {
     for (const cci_tc *t = a->tcs; t; t = t->next)
-        if (t != tc && t->held.quiet < HELD_QUIET_STOPS)
+        if (t != tc && !idle(t))
             return 1;
     return 0;
 }
@@ -293,26 +296,21 @@ int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
 
 int cci__tc_held_give_back(cci_allocator *a, int small)
 {
-    cci_tc *tc = a->tc_mine;
-    if (!a->exp) {
-        if (!tc || !tc->held.nheld)
-            return 0;
-        cci__tc_held_drain(a, tc);
-        return 1;
-    }
-    // In the virtual-memory modes, for a small request, the kept frees of every thread whose fast
-    // paths have been idle for HELD_QUIET_STOPS stops go back too (the lock has stopped their
-    // caches): a kept block joins no free run, and under compact_segments resnet's backward
-    // thread kept 20 MiB of small pages apart from the main thread's allocations that way. A
-    // thread still at work keeps them: taking every thread's at each growth had eight threads of
-    // a thread-per-stream loop queue at the lock (docs/benchmarks.md, 'Kept frees in the
-    // virtual-memory modes').
+    // The calling thread's kept frees go back (in the virtual-memory modes for a small request
+    // only). There, so do those of every idle thread (the lock has stopped their caches): a kept
+    // block joins no free run, and under compact_segments resnet's backward thread kept 20 MiB of
+    // small pages apart from the main thread's allocations that way. A thread still at work keeps
+    // them: taking every thread's at each growth had eight threads of a thread-per-stream loop
+    // queue at the lock (docs/benchmarks.md, 'Kept frees in the virtual-memory modes').
+    const cci_tc *mine = a->tc_mine;
     int any = 0;
-    for (cci_tc *t = small ? a->tcs : NULL; t; t = t->next)
-        if (t->held.nheld && (t == tc || t->held.quiet >= HELD_QUIET_STOPS)) {
+    for (cci_tc *t = a->tcs; t; t = t->next) {
+        int take = t == mine ? !a->exp || small : a->exp && small && idle(t);
+        if (take && t->held.nheld) {
             cci__tc_held_drain(a, t);
             any = 1;
         }
+    }
     return any;
 }
 
