@@ -119,7 +119,8 @@ struct cci_allocator {
     uint64_t uid;                         // never reused: a thread's slot names its allocator by it
     struct cci_tc *tcs;                   // every thread's cache of this allocator
     struct cci_tc *tc_mine;               // the lock holder's cache (NULL: none), set by cci__lock
-    int ntcs;                             // caches in `tcs`
+    int ntcs;                             // caches in `tcs`: written under the lock, read by the
+                                          // fast paths too (relaxed atomics: held_batch_frees)
     cci_tc_event *evq;                    // events of the locked section, told at its unlock
     size_t nevq, evq_cap;
 };

@@ -9,8 +9,9 @@
 //   - a free enters the thread's open batch, its allocation and active figures counted at once
 //     as a magazine free is (tcache.h's credits); the block is KEPT: in no free set, and in no
 //     free run of its neighbours until it goes back to the allocator;
-//   - every HELD_BATCH frees the thread records one fence for all streams, without the lock
-//     (the backend's fence operations are safe from any thread), and the batch waits behind it;
+//   - every HELD_BATCH frees (more among many threads: held_batch_frees), or
+//     HELD_BATCH_BYTES, the thread records one fence for all streams, without the lock (the
+//     backend's fence operations are safe from any thread), and the batch waits behind it;
 //   - an allocation its magazines miss asks the oldest batch's fence (its batches are recorded
 //     in order by one thread for every stream: they pass in order); once it has passed, the
 //     batch's blocks serve this thread's allocations of their size on their stream.
@@ -43,6 +44,13 @@ static void close_open(cci_allocator *a, tc_held *h)
     h->closed[h->nclosed++] = (held_batch){f, h->open, h->nopen};
     h->open = h->open_tail = NULL;
     h->nopen = 0;
+    h->open_bytes = 0;
+}
+
+// Whether the open batch is as long as a batch gets.
+static int open_full(const cci_allocator *a, const tc_held *h)
+{
+    return h->nopen >= held_batch_frees(a) || h->open_bytes >= HELD_BATCH_BYTES;
 }
 
 static void drop_oldest(tc_held *h)
@@ -77,7 +85,7 @@ static int advance(cci_allocator *a, cci_tc *tc)
     last->pend_next = h->passed;
     h->passed = old->head;
     drop_oldest(h);
-    close_open(a, h);  // a full open batch waited for this slot
+    close_open(a, h);  // the open batch, full or not, goes behind a fence while a slot is free
     return CCI_OK;
 }
 
@@ -142,7 +150,7 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
     tc_held *h = &tc->held;
     if (!b || b->state != BLOCK_ALLOCATED || !b->small)
         return CCI_ENOTOURS;
-    if (h->no_fence || h->nopen >= HELD_BATCH || h->bytes + b->size > HELD_MAX_BYTES)
+    if (h->no_fence || open_full(a, h) || h->bytes + b->size > HELD_MAX_BYTES)
         return KEEP_FULL;
     if (!log_has_room(a, tc))
         return LOG_FULL;
@@ -164,12 +172,13 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
         h->open = b;
     h->open_tail = b;
     h->nopen++;
+    h->open_bytes += b->size;
     h->nheld++;
     h->bytes += b->size;
     tc->dirty = 1;
     if (a->nobs)
         log_record(tc, b->addr, b->size, CCI_FAST_FENCED, stream);
-    if (h->nopen >= HELD_BATCH)
+    if (open_full(a, h))
         close_open(a, h);
     return CCI_OK;
 }
@@ -247,6 +256,7 @@ void cci__tc_held_drain(cci_allocator *a, cci_tc *tc)
     cci_block *open = h->open;
     h->open = h->open_tail = NULL;
     h->nopen = 0;
+    h->open_bytes = 0;
     release_list(a, tc, open, TO_PENDING);
     h->no_fence = 0;
 }

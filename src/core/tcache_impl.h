@@ -99,6 +99,22 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 #define HELD_QUIET_STOPS 2
 #endif
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
+// Thread caches per HELD_BATCH of a batch's frees (up to HELD_CROWD_SCALE times HELD_BATCH). A
+// fence record is a driver call that threads take in turn: on an H200 (2026-11-29) one took
+// 0.5-0.6 us at one thread and 3.0-3.6 us at eight, a fifth of eight threads' time. Batches that
+// grow with the threads keep a process's records per second from growing with them. Fewer than
+// 2 x HELD_CROWD threads keep HELD_BATCH: PyTorch's main and backward threads, where fences are
+// barriers and a longer batch is memory the pool grows by (docs/benchmarks.md, 'batch shapes').
+// Counted in caches, not in threads at work: the stops' idle count moved with the stops' rate,
+// and a batch length that moved with it sent eight threads' frees to the lock (an H200, 2026-11-29).
+#ifndef HELD_CROWD
+#define HELD_CROWD 4
+#endif
+#define HELD_CROWD_SCALE 4
+// A batch's bytes: it closes once it holds this much, whatever its count, so that an open batch
+// of large small blocks (512 KiB, 1 MiB) is never left open at the thread's bound with no fence
+// to take it past (every later free went to the lock until a stop gave it back).
+#define HELD_BATCH_BYTES (HELD_MAX_BYTES / 2)
 
 typedef struct {
     cci_fence fence;
@@ -109,6 +125,7 @@ typedef struct {
 typedef struct {
     cci_block *open, *open_tail;         // freed, no fence yet (linked by pend_next)
     unsigned nopen;
+    size_t open_bytes;                   // the open batch's bytes
     held_batch closed[HELD_CLOSED];      // behind their fences, oldest first (recorded in order
     unsigned nclosed;                    // by this thread, for all streams: they pass in order)
     cci_block *passed;                   // reusable on their own stream (linked by pend_next)
@@ -183,6 +200,14 @@ struct cci_tc {
     _Atomic uint64_t declined[TC_DECLINED_KINDS];
     uint64_t declined_folded[TC_DECLINED_KINDS];  // what the stops have added (the stopper's)
 };
+
+// The frees a kept batch closes at: HELD_BATCH times one for each HELD_CROWD thread caches (read
+// without the lock: a stale count only moves one batch's length).
+static inline unsigned held_batch_frees(const cci_allocator *a)
+{
+    int crowd = __atomic_load_n(&a->ntcs, __ATOMIC_RELAXED) / HELD_CROWD;
+    return HELD_BATCH * (unsigned)(crowd <= 1 ? 1 : crowd < HELD_CROWD_SCALE ? crowd : HELD_CROWD_SCALE);
+}
 
 // The log empty (a new or swapped-in log, or one handed to the batch doors).
 static inline void log_restart(cci_tc *tc)

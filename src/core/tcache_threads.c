@@ -28,11 +28,12 @@ static void table_add(cci_tc *tc, cci_block *b)
 static void note_alone(cci_allocator *a)
 {
     set_fast(a, a->tc_on);
-    a->ntcs = 0;
+    int n = 0;
     for (cci_tc *tc = a->tcs; tc; tc = tc->next) {
         tc->alone = a->tcs == tc && !tc->next;
-        a->ntcs++;
+        n++;
     }
+    __atomic_store_n(&a->ntcs, n, __ATOMIC_RELAXED);  // fast paths read it (held_batch_frees)
 }
 
 static void unlink_cache(cci_allocator *a, cci_tc *tc)
@@ -155,7 +156,7 @@ void cci__tc_detach_all(cci_allocator *a)
     for (cci_tc *tc = a->tcs; tc; tc = tc->next)
         tc->a = NULL;
     a->tcs = NULL;
-    a->ntcs = 0;
+    __atomic_store_n(&a->ntcs, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&registry);
 }
 
@@ -174,5 +175,5 @@ void cci__tc_fork_child(cci_allocator *a)
         cache_free(tc);
     }
     a->tcs = NULL;
-    a->ntcs = 0;
+    __atomic_store_n(&a->ntcs, 0, __ATOMIC_RELAXED);
 }
