@@ -458,12 +458,11 @@ static __attribute__((noinline)) CCI_NOCLONE int malloc_locked(cci_allocator *a,
     }
     if (b && a->fenced_count && poor_fit_while_fenced(a, b->size, rounded))
         b = cci__better_fit_after_fences(a, b, rounded, small, stream);
-    // The pool would grow while threads keep fenced frees (tcache_fenced.c). Those of threads
-    // idle for a while go to the policy first. Within the kept batches' allowance it grows for
-    // this thread's: their blocks come back once their fence passes, and taking them apart here
-    // at every miss left no batch ever full, every later pair locked. Past it, they go too.
-    if (!b && small && cci__tc_held_give_back_idle(a))
-        b = cci__take_free_block(a, rounded, small, stream);
+    // The pool would grow while this thread keeps fenced frees (tcache_fenced.c). Within the
+    // kept batches' allowance it grows: their blocks come back once their fence passes, and
+    // taking them apart here at every miss left no batch ever full, every later pair locked.
+    // Past it, this thread's kept frees go to the policy first, and in the virtual-memory modes
+    // those of threads idle for a while (cci__tc_held_give_back).
     int held_grow = !b && cci__tc_held_may_grow(a, rounded);
     if (!b && !held_grow && cci__tc_held_give_back(a, small))
         b = cci__take_free_block(a, rounded, small, stream);

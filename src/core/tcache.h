@@ -48,13 +48,10 @@ int cci__tc_free_fenced(cci_allocator *a, uintptr_t ptr, uint64_t stream);
 /// layouts and checks, a thread's exit. Other stops (frees, statistics, log flushes) leave the
 /// magazines alone: their blocks already count as freed.
 void cci__tc_drain_all(cci_allocator *a);
-/// Lock held, before the small pool would grow: the blocks every other thread idle for
-/// HELD_QUIET_STOPS stops keeps behind its own fences go to the allocator (tcache_fenced.c): the
-/// policy then orders, waits for or skips those fences as for its own. 1 when there were any.
-int cci__tc_held_give_back_idle(cci_allocator *a);
-/// Lock held, before the pool would grow past the kept batches' allowance (cci__tc_held_may_grow):
-/// the blocks the calling thread keeps go to the allocator (in the virtual-memory modes for a
-/// `small` request only). 1 when there were any.
+/// Lock held, before the pool would grow: every block the calling thread keeps behind its own
+/// fences goes to the allocator (tcache_fenced.c), and in the virtual-memory modes, for a `small`
+/// request, those of every thread idle for HELD_QUIET_STOPS stops: the policy then orders, waits
+/// for or skips those fences as for its own. 1 when there were any.
 int cci__tc_held_give_back(cci_allocator *a, int small);
 /// Lock held: a passed block of `rounded` on `stream` that the calling thread keeps, out of its
 /// batches (its state KEPT, its figures those of a free block), or NULL. The thread's kept blocks

@@ -304,29 +304,24 @@ int cci__tc_held_may_grow(const cci_allocator *a, size_t rounded)
     return a->held_grown < (size_t)a->ntcs * HELD_MAX_BYTES;
 }
 
-int cci__tc_held_give_back_idle(cci_allocator *a)
+int cci__tc_held_give_back(cci_allocator *a, int small)
 {
-    // A kept block joins no free run: under compact_segments resnet's backward thread kept 20 MiB
-    // of small pages apart from the main thread's allocations that way, in the default mode 20-30
-    // MiB of small segments. A thread still at work keeps them: taking every thread's at each
-    // growth had eight threads of a thread-per-stream loop queue at the lock (docs/benchmarks.md,
-    // 'Kept frees in the virtual-memory modes'). The lock has stopped the idle threads' caches.
+    // The calling thread's kept frees go back (in the virtual-memory modes for a small request
+    // only). There, so do those of every idle thread (the lock has stopped their caches): a kept
+    // block joins no free run, and under compact_segments resnet's backward thread kept 20 MiB of
+    // small pages apart from the main thread's allocations that way. A thread still at work keeps
+    // them: taking every thread's at each growth had eight threads of a thread-per-stream loop
+    // queue at the lock (docs/benchmarks.md, 'Kept frees in the virtual-memory modes').
+    const cci_tc *mine = a->tc_mine;
     int any = 0;
-    for (cci_tc *t = a->tcs; t; t = t->next)
-        if (t != a->tc_mine && idle(t) && t->held.nheld) {
+    for (cci_tc *t = a->tcs; t; t = t->next) {
+        int take = t == mine ? !a->exp || small : a->exp && small && idle(t);
+        if (take && t->held.nheld) {
             cci__tc_held_drain(a, t);
             any = 1;
         }
+    }
     return any;
-}
-
-int cci__tc_held_give_back(cci_allocator *a, int small)
-{
-    cci_tc *mine = a->tc_mine;
-    if (!mine || !mine->held.nheld || (a->exp && !small))
-        return 0;
-    cci__tc_held_drain(a, mine);
-    return 1;
 }
 
 void cci__tc_held_forget(cci_allocator *a, cci_tc *tc)

@@ -93,8 +93,8 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 #ifndef HELD_MAX_BYTES
 #define HELD_MAX_BYTES ((size_t)16 << 20)  // bytes held at once: open, closed and passed
 #endif
-// Stops in a row a thread's fast paths must have been idle for to count as idle in the rules for
-// kept frees (cci__tc_held_give_back_idle; in the virtual-memory modes cci__tc_held_may_grow).
+// Stops in a row a thread's fast paths must have been idle for to count as idle in the
+// virtual-memory modes' rules for kept frees (cci__tc_held_may_grow, cci__tc_held_give_back).
 #ifndef HELD_QUIET_STOPS
 #define HELD_QUIET_STOPS 2
 #endif
