@@ -99,21 +99,23 @@ enum { TC_DECLINED_CREDIT, TC_DECLINED_KEPT_WAIT, TC_DECLINED_BUSY, TC_DECLINED_
 #define HELD_QUIET_STOPS 2
 #endif
 #define HELD_SCAN 8                      // passed blocks an allocation looks at for its size
-// Thread caches per HELD_BATCH of a batch's frees (up to HELD_CROWD_SCALE times HELD_BATCH). A
-// fence record is a driver call that threads take in turn: on an H200 (2026-11-29) one took
-// 0.5-0.6 us at one thread and 3.0-3.6 us at eight, a fifth of eight threads' time. Batches that
-// grow with the threads keep a process's records per second from growing with them. Fewer than
-// 2 x HELD_CROWD threads keep HELD_BATCH: PyTorch's main and backward threads, where fences are
-// barriers and a longer batch is memory the pool grows by (docs/benchmarks.md, 'batch shapes').
-// Counted in caches, not in threads at work: the stops' idle count moved with the stops' rate,
-// and a batch length that moved with it sent eight threads' frees to the lock (an H200, 2026-11-29).
+// A batch's frees: HELD_BATCH times the thread caches over HELD_CROWD, at least once and at most
+// HELD_CROWD_SCALE times (held_batch_frees). A fence record is a driver call that threads take in
+// turn: on an H200 (2026-11-29) one took 0.5-0.6 us at one thread and 3.0-3.6 us at eight, a fifth
+// of eight threads' time. Batches that grow with the threads keep a process's records per second
+// from growing with them. Fewer than 2 x HELD_CROWD threads keep HELD_BATCH: PyTorch's main and
+// backward threads, where fences are barriers and a longer batch is memory the pool grows by
+// (docs/benchmarks.md, 'batch shapes'). Counted in caches, not in threads at work: the stops' idle
+// count moved with the stops' rate, and a batch length that moved with it sent eight threads'
+// frees to the lock (an H200, 2026-11-29).
 #ifndef HELD_CROWD
 #define HELD_CROWD 4
 #endif
 #define HELD_CROWD_SCALE 4
 // A batch's bytes: it closes once it holds this much, whatever its count, so that an open batch
 // of large small blocks (512 KiB, 1 MiB) is never left open at the thread's bound with no fence
-// to take it past (every later free went to the lock until a stop gave it back).
+// to take it past (every later free went to the lock until a growth, empty_cache or the thread's
+// exit gave the batch back).
 #define HELD_BATCH_BYTES (HELD_MAX_BYTES / 2)
 
 typedef struct {
