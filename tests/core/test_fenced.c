@@ -399,19 +399,6 @@ static int among(const uintptr_t *p, int n, uintptr_t q)
     return 0;
 }
 
-// The fast paths raise no statistic past its peak (tcache.h): a free that splits a segment once
-// more than ever before takes the locked path. So the loops below first free every other block of
-// a run, which raises the inactive-split peak, and then the rest.
-static void raise_split_peak(fixture *f, size_t size, int n)
-{
-    uintptr_t p[2 * HELD_BATCH];
-    for (int i = 0; i < n; i++)
-        p[i] = must_alloc(f, size, 0);
-    for (int odd = 0; odd < 2; odd++)
-        for (int i = odd; i < n; i += 2)
-            CHECK(cci_free(f->a, p[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
-}
-
 // A thread's fenced frees of small blocks stay with it behind its own fence: a batch of
 // HELD_BATCH frees records one fence with no allocation to prompt it (the locked path records
 // none until a miss), none of its blocks comes back before that fence has passed, and all of them
@@ -421,7 +408,7 @@ static void test_held_reuse_only_after_fence(void)
     fixture f;
     make(&f, (size_t)8 << 30, 1000);
     cci_allocator_thread_cache(f.a, 1);
-    raise_split_peak(&f, HELD_SIZE, 2 * HELD_BATCH);
+    t_raise_split_peak(f.a, HELD_SIZE, 2 * HELD_BATCH);
     f.requested = f.completed = 0;
     uintptr_t p[HELD_BATCH], q[4];
     for (int i = 0; i < HELD_BATCH; i++)
@@ -471,7 +458,7 @@ static void test_held_stay_at_locked_allocation(void)
     fixture f;
     make(&f, (size_t)8 << 30, 1000);
     cci_allocator_thread_cache(f.a, 1);
-    raise_split_peak(&f, HELD_SIZE, 2 * HELD_BATCH);
+    t_raise_split_peak(f.a, HELD_SIZE, 2 * HELD_BATCH);
     uintptr_t p[HELD_BATCH], r[3];
     for (int i = 0; i < HELD_BATCH; i++)
         p[i] = must_alloc(&f, HELD_SIZE, 0);
@@ -514,7 +501,7 @@ static void test_held_empty_cache(void)
     fixture f;
     make(&f, (size_t)8 << 30, 1000);
     cci_allocator_thread_cache(f.a, 1);
-    raise_split_peak(&f, HELD_SIZE, 16);
+    t_raise_split_peak(f.a, HELD_SIZE, 16);
     f.requested = f.completed = 0;
     uintptr_t p[5];
     for (int i = 0; i < 5; i++)
@@ -540,7 +527,7 @@ static void test_held_grows_while_filling(void)
     fixture f;
     make(&f, (size_t)8 << 30, 0);
     cci_allocator_thread_cache(f.a, 1);
-    raise_split_peak(&f, 64 * KiB, 2 * HELD_BATCH);
+    t_raise_split_peak(f.a, 64 * KiB, 2 * HELD_BATCH);
     uintptr_t fill[48];
     for (int i = 0; i < 48; i++)  // three quarters of the two segments the warm-up made
         fill[i] = must_alloc(&f, 64 * KiB, 0);

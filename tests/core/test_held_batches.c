@@ -46,18 +46,13 @@ static cci_allocator *make(cci_sim_device **sim)
     return a;
 }
 
-// Credits under the peaks for n frees of `size` to stay with the thread: the peaks of the figures
-// a free moves raised first (every other block freed, then the rest), the pool then emptied. Each
-// test stays under ASIDE_WINDOW (tcache.c) allocations in all: they all miss the magazines, and a
-// window of misses would set the thread's cache aside, its frees then all locked.
+// Credits under the peaks for n frees of `size` to stay with the thread (t_raise_split_peak over
+// 2n blocks), the pool then emptied. Each test stays under ASIDE_WINDOW (tcache.c) allocations in
+// all: they all miss the magazines, and a window of misses would set the thread's cache aside, its
+// frees then all locked.
 static void raise_peaks(cci_allocator *a, size_t size, int n)
 {
-    uintptr_t p[2 * 2 * HELD_BATCH];
-    for (int i = 0; i < 2 * n; i++)
-        p[i] = t_must_alloc(a, size, 0);
-    for (int odd = 0; odd < 2; odd++)
-        for (int i = odd; i < 2 * n; i += 2)
-            CHECK(cci_free(a, p[i], 0, CCI_FREE_NOW) == CCI_OK, "free");
+    t_raise_split_peak(a, size, 2 * n);
     cci_alloc_empty_cache(a);
 }
 

@@ -83,12 +83,7 @@ static void run(enum mode mode, int reuse_orders)
     cci_allocator_thread_cache(a, 1);
     // Credits under the peaks for the other thread's frees to stay with it: the peaks of the
     // figures a free moves, raised first (all given back at once, nothing kept).
-    uintptr_t warm[2 * KEPT];
-    for (int i = 0; i < 2 * KEPT; i++)
-        warm[i] = t_must_alloc(a, SIZE, 0);
-    for (int odd = 0; odd < 2; odd++)
-        for (int i = odd; i < 2 * KEPT; i += 2)
-            CHECK(cci_free(a, warm[i], 0, CCI_FREE_NOW) == CCI_OK, "%s: free", name);
+    t_raise_split_peak(a, SIZE, 2 * KEPT);
     cci_alloc_empty_cache(a);
     uintptr_t own = t_must_alloc(a, SIZE, 0);
 
