@@ -47,10 +47,10 @@ static void close_open(cci_allocator *a, tc_held *h)
     h->open_bytes = 0;
 }
 
-// Whether the open batch is as long as a batch gets.
-static int open_full(const cci_allocator *a, const tc_held *h)
+// Whether the open batch is as long as a batch gets (`frees`: held_batch_frees, read once a free).
+static int open_full(const tc_held *h, unsigned frees)
 {
-    return h->nopen >= held_batch_frees(a) || h->open_bytes >= HELD_BATCH_BYTES;
+    return h->nopen >= frees || h->open_bytes >= HELD_BATCH_BYTES;
 }
 
 static void drop_oldest(tc_held *h)
@@ -150,7 +150,8 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
     tc_held *h = &tc->held;
     if (!b || b->state != BLOCK_ALLOCATED || !b->small)
         return CCI_ENOTOURS;
-    if (h->no_fence || open_full(a, h) || h->bytes + b->size > HELD_MAX_BYTES)
+    unsigned frees = held_batch_frees(a);
+    if (h->no_fence || open_full(h, frees) || h->bytes + b->size > HELD_MAX_BYTES)
         return KEEP_FULL;
     if (!log_has_room(a, tc))
         return LOG_FULL;
@@ -178,7 +179,7 @@ static int free_in_gate(cci_allocator *a, cci_tc *tc, uintptr_t ptr, uint64_t st
     tc->dirty = 1;
     if (a->nobs)
         log_record(tc, b->addr, b->size, CCI_FAST_FENCED, stream);
-    if (open_full(a, h))
+    if (open_full(h, frees))
         close_open(a, h);
     return CCI_OK;
 }
