@@ -17,6 +17,7 @@
 #include "fence.h"
 #include "fence_watcher.h"
 #include "host_cache.h"
+#include "ipc.h"
 #include "program_vmm.h"
 #include "intercept_runtime.h"
 #include "levels.h"
@@ -61,6 +62,8 @@ __attribute__((constructor)) static void at_load(void)
 //                why 1 comes first) and close the dump pipe (the dumper thread did not survive);
 //   5b. call sites: forget the parent's live blocks (CCI_STACKS);
 //   6. trace:    stop recording without writing (the file and buffers are the parent's).
+//   7. CUDA IPC: forget the parent's exports and imports, close the child's copies of their
+//                connections (they would keep the parent's imports open in the exporters' eyes).
 //   Last because nothing before it records events: dropping allocators emits none.
 
 static void fork_prepare(void)
@@ -88,6 +91,7 @@ static void fork_child(void)
     cci_callsites_atfork_child();
     cci_trace_fork_child();
     cci_pvmm_atfork_child();
+    cci_serve_ipc_atfork_child();
 }
 
 // ---- start-up (first CUDA call) ------------------------------------------------------------

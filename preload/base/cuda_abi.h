@@ -18,6 +18,10 @@ enum {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInitializationError = 3,
+    cudaErrorDeviceUninitialized = 201,
+    cudaErrorMapBufferObjectFailed = 205,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotSupported = 801,
 };
 
 typedef struct CUstream_st *cudaStream_t;
@@ -44,7 +48,11 @@ enum {
     CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_MAP_FAILED = 205,
+    CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 typedef int CUdevice;                    // the device ordinal, as cuDeviceGet hands it out
 typedef unsigned long long CUdeviceptr;  // CUdeviceptr_v2: the 64-bit ABI of the _v2 entry points

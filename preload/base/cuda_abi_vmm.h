@@ -9,13 +9,15 @@
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 enum { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };
+enum { CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1 };
 enum { CU_MEM_LOCATION_TYPE_DEVICE = 0x1 };
 enum { CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3 };
 typedef int CUmemAllocationGranularity_flags;
 enum { CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1 };
 
 typedef int CUdevice_attribute;
-enum { CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102 };
+enum { CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+       CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103 };
 
 typedef struct CUmemLocation_st {
     int type;  // CUmemLocationType

@@ -78,6 +78,9 @@ static inline void *cci_real_dlsym(void *handle, const char *name)
     X(cudaMallocAsync_ptsz, OPTIONAL, (void **p, size_t size, cudaStream_t s), (p, size, s)) \
     X(cudaFreeAsync_ptsz, OPTIONAL, (void *p, cudaStream_t s), (p, s))                       \
     X(cudaIpcGetMemHandle, OPTIONAL, (cudaIpcMemHandle_t *h, void *p), (h, p))               \
+    X(cudaIpcOpenMemHandle, OPTIONAL, (void **p, cudaIpcMemHandle_t h, unsigned flags),       \
+      (p, h, flags))                                                                         \
+    X(cudaIpcCloseMemHandle, OPTIONAL, (void *p), (p))                                       \
     X(cudaStreamGetDevice, OPTIONAL, (cudaStream_t s, int *dev), (s, dev))                   \
     X(cudaStreamIsCapturing, OPTIONAL, (cudaStream_t s, cudaStreamCaptureStatus *st), (s, st)) \
     X(cudaStreamBeginCapture, OPTIONAL, (cudaStream_t s, cudaStreamCaptureMode m), (s, m))   \
@@ -252,6 +255,11 @@ typedef struct CUevent_st *CUevent;
     X(cuMemGetAddressRange_v2, OPTIONAL, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr), \
       (base, size, dptr))                                                                    \
     X(cuIpcGetMemHandle, OPTIONAL, (CUipcMemHandle * h, CUdeviceptr dptr), (h, dptr))        \
+    X(cuIpcOpenMemHandle, OPTIONAL, (CUdeviceptr * dptr, CUipcMemHandle h, unsigned flags),   \
+      (dptr, h, flags))                                                                      \
+    X(cuIpcOpenMemHandle_v2, OPTIONAL, (CUdeviceptr * dptr, CUipcMemHandle h, unsigned flags), \
+      (dptr, h, flags))                                                                      \
+    X(cuIpcCloseMemHandle, OPTIONAL, (CUdeviceptr dptr), (dptr))                             \
     X(cuDevicePrimaryCtxReset, OPTIONAL, (CUdevice dev), (dev))                              \
     X(cuDevicePrimaryCtxReset_v2, OPTIONAL, (CUdevice dev), (dev))                           \
     X(cuCtxDestroy, OPTIONAL, (CUcontext ctx), (ctx))                                        \
@@ -316,7 +324,9 @@ typedef struct CUevent_st *CUevent;
     X(cuMemGetAllocationGranularity, OPTIONAL,                                               \
       (size_t * granularity, const CUmemAllocationProp *prop,                                \
        CUmemAllocationGranularity_flags option),                                             \
-      (granularity, prop, option))
+      (granularity, prop, option))                                                           \
+    X(cuMemImportFromShareableHandle, OPTIONAL,                                              \
+      (CUmemGenericAllocationHandle * h, void *shareable, int type), (h, shareable, type))
 // ---- end of the VMM block -------------------------------------------------------------------
 
 typedef struct cci_real_driver {

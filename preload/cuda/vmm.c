@@ -23,6 +23,7 @@ static _Thread_local int hash_oom;
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uthash.h>
 
 #include "backend_cuda.h"
@@ -98,6 +99,7 @@ typedef struct span_vec {
 typedef struct vmm_device {
     int probed;
     size_t granularity;  // 0: this device has no VMM support
+    int share_fd;        // pages are created exportable as file descriptors (CUDA IPC, vmm_share.c)
     size_t pool_limit;
     size_t pool_bytes;
     page_rec **pool;     // released pages waiting to be handed out again, unmapped
@@ -123,6 +125,10 @@ static CUmemAllocationProp page_prop(int device)
     p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     p.location.id = device;
+    // Exportable pages cost nothing until exported; without them no block of the device could
+    // be shared with CUDA IPC (PyTorch asks for the same type on its expandable segments).
+    if (valid(device) && devs[device].share_fd)
+        p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     return p;
 }
 
@@ -255,6 +261,11 @@ static void probe(int device, vmm_device *d)
         total = 0;
     d->granularity = rec;
     d->pool_limit = total / CCI_VMM_POOL_DIVISOR;
+    int fd_ok = 0;
+    d->share_fd = t->cuDeviceGetAttribute &&
+                  t->cuDeviceGetAttribute(&fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                          dev) == CUDA_SUCCESS &&
+                  fd_ok;
     cci_log(CCI_LOG_DEBUG, "device %d: VMM pages of %zu bytes (minimum %zu), pool of at most %zu bytes", device,
             rec, min, d->pool_limit);
 }
@@ -363,6 +374,19 @@ static int page_create(void *ctx, int device, size_t size, uint64_t *page)
         // The pool holds pages of other sizes (PyTorch's 2 MiB and 20 MiB pages): their memory
         // serves this page better than an out-of-memory does.
         drain_pool(device);
+        t0 = cci_pl_now_ns();
+        cr = cci_real_drv()->cuMemCreate(&h, size, &prop, 0);
+        vt_add(device, VT_CREATE, t0);
+    }
+    if (cr != CUDA_SUCCESS && cr != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+        // A driver that offers the handle type but refuses it here: pages without it still serve;
+        // only CUDA IPC on this device's blocks is lost (vmm_share.c says so when asked).
+        cci_log(CCI_LOG_INFO, "device %d: pages exportable as file descriptors are refused (CUresult %d); "
+                "blocks of this device cannot be shared with CUDA IPC", device, cr);
+        pthread_mutex_lock(&vmm_lock);
+        d->share_fd = 0;
+        pthread_mutex_unlock(&vmm_lock);
+        prop.requestedHandleTypes = 0;
         t0 = cci_pl_now_ns();
         cr = cci_real_drv()->cuMemCreate(&h, size, &prop, 0);
         vt_add(device, VT_CREATE, t0);
@@ -574,6 +598,71 @@ void cci_cuda_vmm_wire(cci_backend_ops *ops)
     }
     ops->vmm = &vmm_ops;
     ops->caps |= CCI_CAP_VMM;
+}
+
+// ---- CUDA IPC: a block's pages as file descriptors ----------------------------------------
+
+int cci_cuda_vmm_shareable(int device)
+{
+    if (!valid(device))
+        return 0;
+    pthread_mutex_lock(&vmm_lock);
+    int ok = devs[device].share_fd;
+    pthread_mutex_unlock(&vmm_lock);
+    return ok;
+}
+
+int cci_cuda_vmm_export(int device, uintptr_t va, size_t size, cci_vmm_piece **out, size_t *n, size_t *skip)
+{
+    *out = NULL;
+    *n = 0;
+    if (!valid(device) || !size)
+        return CCI_EINVAL;
+    const cci_real_driver *t = cci_real_drv();
+    if (!t->cuMemExportToShareableHandle)
+        return CCI_EBACKEND;
+    cci_driver_scope sc;
+    if (cci_cuda_enter(device, &sc))
+        return CCI_EBACKEND;
+    // Under the lock: the pages of a live block stay mapped, but the table may move meanwhile.
+    pthread_mutex_lock(&vmm_lock);
+    const span_vec *ms = &devs[device].maps;
+    size_t first = span_lower_bound(ms, va + 1), last;  // the last mapping starting at or before va
+    int rc = devs[device].share_fd ? CCI_OK : CCI_EBACKEND;
+    if (rc == CCI_OK && !(first > 0 && va - ms->v[first - 1].va < ms->v[first - 1].size))
+        rc = CCI_EINVAL;
+    uintptr_t at = rc == CCI_OK ? ms->v[--first].va : 0;
+    for (last = first; rc == CCI_OK && at < va + size; last++) {
+        if (last == ms->n || ms->v[last].va != at)  // a hole: the block is not wholly mapped
+            rc = CCI_EINVAL;
+        else
+            at += ms->v[last].size;
+    }
+    cci_vmm_piece *v = rc == CCI_OK ? calloc(last - first, sizeof *v) : NULL;
+    if (rc == CCI_OK && !v)
+        rc = CCI_EOOM;
+    for (size_t i = first; rc == CCI_OK && i < last; i++) {
+        int fd = -1;
+        if (t->cuMemExportToShareableHandle(&fd, ms->v[i].handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+            CUDA_SUCCESS) {
+            rc = CCI_EBACKEND;
+            break;
+        }
+        v[(*n)++] = (cci_vmm_piece){.fd = fd, .size = ms->v[i].size};
+    }
+    if (rc == CCI_OK)
+        *skip = va - ms->v[first].va;
+    pthread_mutex_unlock(&vmm_lock);
+    cci_cuda_leave(&sc);
+    if (rc != CCI_OK) {
+        for (size_t k = 0; k < *n; k++)
+            close(v[k].fd);
+        free(v);
+        *n = 0;
+        return rc;
+    }
+    *out = v;
+    return CCI_OK;
 }
 
 // ---- peers, questions, teardown -------------------------------------------------------------

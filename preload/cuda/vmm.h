@@ -32,6 +32,41 @@ void cci_cuda_vmm_wire(cci_backend_ops *ops);
 /// re-grant failed (one warning).
 int cci_vmm_peer_enabled(int dev, int peer);
 
+/// One physical page of a block, as CUDA IPC hands it to another process: a file descriptor
+/// (the caller's to close) and the page's size.
+typedef struct cci_vmm_piece {
+    int fd;
+    size_t size;
+} cci_vmm_piece;
+
+/// 1 when `device`'s pages are created exportable as file descriptors (the driver offers the
+/// handle type and took it), else 0.
+int cci_cuda_vmm_shareable(int device);
+
+/// Exports the pages under [va, va + size) of `device` (a live block's: its pages cannot be
+/// unmapped meanwhile), in address order: *out (malloc'd, the caller's) of *n pieces, and *skip,
+/// the bytes of the first page before `va`. CCI_OK; CCI_EINVAL when the range is not wholly
+/// mapped by this group; CCI_EBACKEND when the device's pages are not exportable or the driver
+/// refused; CCI_EOOM (host). On failure nothing is left open.
+int cci_cuda_vmm_export(int device, uintptr_t va, size_t size, cci_vmm_piece **out, size_t *n, size_t *skip);
+
+/// Pages another process exported, mapped here: one address range of `size` bytes at `base`
+/// (reserved for these pages only), readable and writable by `device`.
+typedef struct cci_vmm_import {
+    uintptr_t base;
+    size_t size;
+    size_t n;
+    uint64_t *handles;  // the imported allocations, released when unmapped
+    int device;
+} cci_vmm_import;
+
+/// Imports `n` pieces (the descriptors stay the caller's) and maps them in order into a fresh
+/// range, access for `device`. CCI_OK; CCI_EBACKEND after undoing everything (the driver's
+/// answer in *cu when `cu` is not NULL); CCI_EOOM when the host is out of memory.
+int cci_cuda_vmm_import(int device, const cci_vmm_piece *pieces, size_t n, cci_vmm_import *out, int *cu);
+/// Unmaps and releases what cci_cuda_vmm_import mapped and frees its range.
+void cci_cuda_vmm_unimport(cci_vmm_import *im);
+
 /// 1 when `p` lies in an address range reserved by this group (a VMM segment), else 0.
 int cci_cuda_vmm_owns(uintptr_t p);
 /// Bytes of released pages kept in the pool of `device` now.

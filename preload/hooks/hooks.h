@@ -15,6 +15,8 @@ CCI_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream);
 CCI_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 CCI_EXPORT cudaError_t cudaDeviceReset(void);
 CCI_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
+CCI_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags);
+CCI_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr);
 CCI_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 CCI_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode);
 CCI_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,

@@ -55,6 +55,21 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
     return cci_pl_cu_ipc_get_mem_handle(h, dptr);
 }
 
+CUresult cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle h, unsigned flags)
+{
+    return cci_pl_cu_ipc_open_mem_handle(dptr, h, flags, 0);
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsigned flags)
+{
+    return cci_pl_cu_ipc_open_mem_handle(dptr, h, flags, 1);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    return cci_pl_cu_ipc_close_mem_handle(dptr);
+}
+
 // Teardown: both ABI spellings, each forwarding to its own real function.
 CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {

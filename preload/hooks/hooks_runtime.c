@@ -55,6 +55,16 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     return cci_pl_ipc_get_mem_handle(handle, devPtr);
 }
 
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    return cci_pl_ipc_open_mem_handle(devPtr, handle, flags);
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    return cci_pl_ipc_close_mem_handle(devPtr);
+}
+
 // Capture entry points: hooked only to count captures (see intercept/streams.c).
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode)
 {

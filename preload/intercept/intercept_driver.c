@@ -315,10 +315,45 @@ CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr)
     const cci_real_driver *t = cci_real_drv();
     if (!t->cuIpcGetMemHandle)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (h && dptr && driver_level() &&
-        cci_serve_ipc_check(CCI_LEVEL_DRIVER, "cuIpcGetMemHandle", (uintptr_t)dptr) != CCI_OK)
-        return CUDA_ERROR_INVALID_VALUE;
-    return t->cuIpcGetMemHandle(h, dptr);
+    int served = h && dptr && driver_level()
+                     ? cci_serve_ipc_export(CCI_LEVEL_DRIVER, "cuIpcGetMemHandle", (uintptr_t)dptr, h)
+                     : CCI_ENOTOURS;
+    return served == CCI_OK ? CUDA_SUCCESS : served == CCI_EINVAL ? CUDA_ERROR_INVALID_VALUE : t->cuIpcGetMemHandle(h, dptr);
+}
+
+// Both ABI spellings (`v2` says which real function forwards); our handles are opened whatever
+// the levels, on the device of the current context, as CUDA maps an import into it.
+CUresult cci_pl_cu_ipc_open_mem_handle(CUdeviceptr *dptr, CUipcMemHandle h, unsigned flags, int v2)
+{
+    const cci_real_driver *t = cci_real_drv();
+    CUdevice dev = -1;
+    uintptr_t addr = 0;
+    int why = 0, served = CCI_ENOTOURS;
+    if (dptr && t->cuCtxGetDevice) {
+        if (t->cuCtxGetDevice(&dev) == CUDA_SUCCESS)
+            served = cci_serve_ipc_open(v2 ? "cuIpcOpenMemHandle_v2" : "cuIpcOpenMemHandle", &h, dev, &addr, &why);
+        else if (cci_serve_ipc_is_ours(&h))
+            return CUDA_ERROR_INVALID_CONTEXT;  // ours, but no context to map it into
+    }
+    if (served == CCI_OK) {
+        *dptr = (CUdeviceptr)addr;
+        return CUDA_SUCCESS;
+    }
+    if (served == CCI_EINVAL)
+        return why == CCI_IPC_OPEN_BAD_HANDLE   ? CUDA_ERROR_INVALID_HANDLE
+               : why == CCI_IPC_OPEN_NO_MEMORY  ? CUDA_ERROR_OUT_OF_MEMORY
+               : why == CCI_IPC_OPEN_OWN_HANDLE ? CUDA_ERROR_INVALID_CONTEXT
+                                                : CUDA_ERROR_MAP_FAILED;
+    CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsigned) = v2 ? t->cuIpcOpenMemHandle_v2 : t->cuIpcOpenMemHandle;
+    return real ? real(dptr, h, flags) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult cci_pl_cu_ipc_close_mem_handle(CUdeviceptr dptr)
+{
+    if (dptr && cci_serve_ipc_close((uintptr_t)dptr) == CCI_OK)
+        return CUDA_SUCCESS;
+    const cci_real_driver *t = cci_real_drv();
+    return t->cuIpcCloseMemHandle ? t->cuIpcCloseMemHandle(dptr) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 // Pool teardown is not optional: once the context is gone, an allocator that still held its

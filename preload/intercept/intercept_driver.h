@@ -17,6 +17,8 @@ CUresult cci_pl_cu_mem_free_async_ptsz(CUdeviceptr dptr, CUstream s);
 CUresult cci_pl_cu_mem_get_info(size_t *free_b, size_t *total_b);
 CUresult cci_pl_cu_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr dptr);
 CUresult cci_pl_cu_ipc_get_mem_handle(CUipcMemHandle *h, CUdeviceptr dptr);
+CUresult cci_pl_cu_ipc_open_mem_handle(CUdeviceptr *dptr, CUipcMemHandle h, unsigned flags, int v2);
+CUresult cci_pl_cu_ipc_close_mem_handle(CUdeviceptr dptr);
 CUresult cci_pl_cu_primary_ctx_reset(CUdevice dev, int v2);
 CUresult cci_pl_cu_ctx_destroy(CUcontext ctx, int v2);
 /// Streams and peer access, observed for the stream rule (stream_rule.h).

@@ -313,12 +313,46 @@ cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p)
         return cci_real_rt()->cudaIpcGetMemHandle(h, p);
     const cci_real_runtime *rt = cci_real_rt();
     cci_pl_forwarding_begin();
+    int served = h && p ? cci_serve_ipc_export(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p, h)
+                        : CCI_ENOTOURS;
+    cudaError_t rc = served == CCI_OK       ? cudaSuccess
+                     : served == CCI_EINVAL ? runtime_error(cudaErrorInvalidValue)
+                                            : rt->cudaIpcGetMemHandle(h, p);
+    cci_pl_forwarding_end();
+    return rc;
+}
+
+// Our handles are opened whatever the levels: no CUDA could open them.
+cudaError_t cci_pl_ipc_open_mem_handle(void **p, cudaIpcMemHandle_t h, unsigned flags)
+{
+    const cci_real_runtime *rt = cci_real_rt();
+    int device;
+    uintptr_t addr = 0;
+    int why = 0, served = CCI_ENOTOURS;
+    cci_pl_forwarding_begin();
+    if (p && runtime_device(&device) == 0)
+        served = cci_serve_ipc_open("cudaIpcOpenMemHandle", &h, device, &addr, &why);
     cudaError_t rc;
-    if (h && p &&
-        cci_serve_ipc_check(CCI_LEVEL_RUNTIME, "cudaIpcGetMemHandle", (uintptr_t)p) != CCI_OK)
-        rc = runtime_error(cudaErrorInvalidValue);
-    else
-        rc = rt->cudaIpcGetMemHandle(h, p);
+    if (served == CCI_OK) {
+        *p = (void *)addr;
+        rc = cudaSuccess;
+    } else if (served == CCI_EINVAL) {
+        rc = why == CCI_IPC_OPEN_BAD_HANDLE   ? cudaErrorInvalidResourceHandle
+             : why == CCI_IPC_OPEN_NO_MEMORY  ? cudaErrorMemoryAllocation
+             : why == CCI_IPC_OPEN_OWN_HANDLE ? cudaErrorDeviceUninitialized  // the driver's invalid context
+                                              : cudaErrorMapBufferObjectFailed;
+    } else {
+        rc = rt->cudaIpcOpenMemHandle(p, h, flags);
+    }
+    cci_pl_forwarding_end();
+    return rc;
+}
+
+cudaError_t cci_pl_ipc_close_mem_handle(void *p)
+{
+    cci_pl_forwarding_begin();
+    cudaError_t rc = p && cci_serve_ipc_close((uintptr_t)p) == CCI_OK ? cudaSuccess
+                                                                    : cci_real_rt()->cudaIpcCloseMemHandle(p);
     cci_pl_forwarding_end();
     return rc;
 }

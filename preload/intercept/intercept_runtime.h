@@ -22,6 +22,8 @@ cudaError_t cci_pl_free_async_ptsz(void *p, cudaStream_t s);
 cudaError_t cci_pl_mem_get_info(size_t *free_b, size_t *total_b);
 cudaError_t cci_pl_device_reset(void);
 cudaError_t cci_pl_ipc_get_mem_handle(cudaIpcMemHandle_t *h, void *p);
+cudaError_t cci_pl_ipc_open_mem_handle(void **p, cudaIpcMemHandle_t h, unsigned flags);
+cudaError_t cci_pl_ipc_close_mem_handle(void *p);
 
 /// Streams and peer access, observed for the stream rule (stream_rule.h). `which` says
 /// which creation entry point the program called.

@@ -115,45 +115,13 @@ int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uint
     return ask_owner(p, ask_info, &i);
 }
 
-int cci_serve_ipc_check(int level, const char *fn, uintptr_t p)
+int cci_serve_block_owner(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                          size_t *segment_size, int *device)
 {
-    uintptr_t block = 0, segment = 0;
-    size_t block_size = 0, segment_size = 0;
-    struct info_args i = {&block, &segment, &block_size, &segment_size, -1};
+    struct info_args i = {block, segment, block_size, segment_size, -1};
     int rc = ask_owner(p, ask_info, &i);
-    if (rc == CCI_ENOTOURS)
-        return CCI_OK;
-    if (rc != CCI_OK) {
-        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the pointer is in our memory but in no live "
-                "block (already freed?); returning %s", fn, p, invalid_value_name(level));
-        return CCI_EINVAL;
-    }
-    if (cci_cuda_vmm_owns(p)) {
-        // CUDA IPC exports cuMemAlloc allocations only; what the driver would answer for a page
-        // mapped into our range is not this block's bytes, or an error we could not explain.
-        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the block lies in an expandable segment (CUDA "
-                "virtual memory), which CUDA IPC handles cannot export; returning %s. Run this "
-                "program without expandable_segments / compact_segments in CCI_ALLOC_CONF, or with "
-                "CCI_DISABLE=1", fn, p, invalid_value_name(level));
-        return CCI_EINVAL;
-    }
-    if (block != segment) {
-        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): the block starts %zu bytes into a cached "
-                "%zu-byte segment and an importer would map the segment's start; returning %s. "
-                "Set CCI_ALLOC_CONF=max_split_size_mb:N with N at most the IPC buffer size (such "
-                "blocks are never split and start their own segment), or run with CCI_DISABLE=1",
-                fn, p, (size_t)(block - segment), segment_size, invalid_value_name(level));
-        return CCI_EINVAL;
-    }
-    // The importer is another process: its work is ordered with none of ours. A block handed out
-    // at once (the ordered rule, a barrier, an order) may still have its old owner's work queued,
-    // which CUDA's own cudaFree would have waited for before the memory could be allocated and
-    // exported again. So the device finishes its work first (an export is rare).
-    cci_backend be = cci_cuda_backend();
-    if (i.device >= 0 && be.ops->synchronize && be.ops->synchronize(be.ctx, i.device) != CCI_OK)
-        cci_log(CCI_LOG_WARNING, "%s(%#" PRIxPTR "): synchronising device %d before the export "
-                "failed; work queued before the block's last free may still touch it", fn, p, i.device);
-    return CCI_OK;
+    *device = i.device;
+    return rc;
 }
 
 void cci_serve_mem_get_info(size_t *free_b, const size_t *total_b,

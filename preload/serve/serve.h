@@ -20,6 +20,7 @@
 #include "state.h"
 #include "stream_rule.h"
 #include "captures.h"
+#include "ipc.h"
 #include "observers.h"
 
 // The fast paths below are inline: every served cudaMalloc/cudaFree runs them, and a
@@ -118,6 +119,10 @@ int cci__serve_release_invalid(int level, const char *fn, uintptr_t p);
 static inline int cci_serve_release(int level, const char *fn, uintptr_t p, uint64_t stream,
                                     cci_free_mode mode)
 {
+    // A block another process imported (CUDA IPC) is held until every importer closed it.
+    if (__builtin_expect(atomic_load_explicit(&cci__ipc_exports, memory_order_relaxed) != 0, 0) &&
+        cci__serve_ipc_release(p, stream) == CCI_OK)
+        return CCI_OK;
     // One allocator in the process (one device, the usual case): it is the only one that can
     // own p, and its own answer is final (CCI_ENOTOURS for memory in none of its segments, as when
     // the address map cannot name an owner and every allocator is asked), so the map lookup is
@@ -152,13 +157,9 @@ void cci_serve_peer_enabled(int dev, int peer);
 int cci_serve_block_info(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
                          size_t *segment_size);
 
-/// Whether CUDA may export an IPC handle for `p`. The handle names the driver allocation and the
-/// importer maps its start, so a block that does not start its segment would hand out someone
-/// else's bytes; and a block of an expandable (VMM) segment has no IPC handle at all (CUDA's IPC
-/// exports cuMemAlloc memory only). CCI_OK: forward the call (not ours, or a block that starts its segment,
-/// after its device finished its queued work: the importer's work is ordered with none of ours);
-/// CCI_EINVAL after one warning naming `fn`: the level answers its invalid-value error.
-int cci_serve_ipc_check(int level, const char *fn, uintptr_t p);
+/// cci_serve_block_info, with the owning allocator's device in *device (-1 when none).
+int cci_serve_block_owner(uintptr_t p, uintptr_t *block, size_t *block_size, uintptr_t *segment,
+                          size_t *segment_size, int *device);
 
 /// After CUDA answered a free-memory question successfully: adds our cached free bytes on the
 /// device to *free_b (never beyond *total_b), because programs that size themselves from free

@@ -121,6 +121,9 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 typedef struct CUipcMemHandle_st {
     char reserved[CU_IPC_HANDLE_SIZE];
 } CUipcMemHandle;
+typedef enum CUipcMem_flags_enum {
+    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+} CUipcMem_flags;
 
 typedef void (*CUhostFn)(void *userData);
 
@@ -263,6 +266,16 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+/* The fake's device memory is private to its process, so no handle ever
+ * opens: one this process made answers CUDA_ERROR_INVALID_CONTEXT (what the
+ * real driver answers in the exporting process), one another process made
+ * (the exporter's pid is in the handle) CUDA_ERROR_NOT_SUPPORTED, any other
+ * bytes CUDA_ERROR_INVALID_VALUE; *pdptr is left alone. cuIpcOpenMemHandle
+ * is the CUDA 4.1 ABI of the same call (cuda.h renames it to _v2). Closing
+ * answers CUDA_ERROR_INVALID_VALUE, as nothing was opened. */
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
 
 /* ---- Virtual memory management (tests/fake/fake_vmm.c) ----
  * A physical allocation is a memfd; cuMemMap maps it MAP_SHARED at the
@@ -322,6 +335,14 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmem
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                       CUmemAllocationHandleType handleType, unsigned long long flags);
+/* (fake_vmm_share.c) A POSIX fd from cuMemExportToShareableHandle, in this
+ * process or another, passed as (void *)(uintptr_t)fd and kept by the caller:
+ * a new physical allocation over the same bytes, charged to the exporter's
+ * device (or, when this process has no such device, the current context's).
+ * CUDA_ERROR_NOT_SUPPORTED for other handle types, CUDA_ERROR_INVALID_VALUE
+ * for an fd that is not an export of this fake. */
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType);
 
 /* ---- Streams, events, capture ---- */
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
@@ -404,6 +425,10 @@ unsigned long long fakecu_procaddress_calls(const char *name);
 /* Base address of the allocation an IPC handle refers to (NULL if the bytes are
  * not a handle made by this fake); device ordinal through *dev when dev != NULL. */
 void *fakecu_ipc_handle_base(const void *handle, int *dev);
+/* Calls of cuIpcOpenMemHandle* and of cuIpcCloseMemHandle since the start, whatever they
+ * answered (the runtime's cudaIpcOpenMemHandle / cudaIpcCloseMemHandle included). */
+unsigned long long fakecu_ipc_opens(void);
+unsigned long long fakecu_ipc_closes(void);
 /* 1 while any stream of any device has a capture sequence (active or invalidated). */
 int fakecu_capturing_any(void);
 /* What fences cost the host, as driver calls (any caller, _ptsz twins included; cuStreamQuery
@@ -466,6 +491,7 @@ struct fakecu_vmm_stats {
     unsigned long long faults_no_access; /* device access hit a page mapped without access */
     unsigned long long reset_destroyed;  /* allocations destroyed by a device reset */
     unsigned long long retains;          /* successful cuMemRetainAllocationHandle calls */
+    unsigned long long imports;          /* successful cuMemImportFromShareableHandle calls */
 };
 void fakecu_vmm_get_stats(struct fakecu_vmm_stats *out);
 /* Bytes of live physical allocations on device dev (also charged in fakecu_used_bytes). */

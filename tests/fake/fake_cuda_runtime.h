@@ -140,6 +140,7 @@ enum cudaDriverEntryPointQueryResult {
 typedef struct cudaIpcMemHandle_st {
     char reserved[CUDA_IPC_HANDLE_SIZE];
 } cudaIpcMemHandle_t;
+#define cudaIpcMemLazyEnablePeerAccess 0x01
 
 /* ---- Memory ---- */
 cudaError_t cudaMalloc(void **devPtr, size_t size);
@@ -189,6 +190,12 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr);
+/* No handle ever opens (the fake's device memory is private to a process):
+ * cudaErrorDeviceUninitialized for one this process made, as the real runtime
+ * answers there, cudaErrorNotSupported for another process's,
+ * cudaErrorInvalidValue for other bytes; closing: cudaErrorInvalidValue. */
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags);
+cudaError_t cudaIpcCloseMemHandle(void *devPtr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream);

@@ -42,6 +42,8 @@
     X(cuMemFreeAsync_ptsz)         \
     X(cuMemGetInfo_v2)             \
     X(cuIpcGetMemHandle)           \
+    X(cuIpcOpenMemHandle_v2)       \
+    X(cuIpcCloseMemHandle)         \
     X(cuStreamCreate)              \
     X(cuStreamDestroy_v2)          \
     X(cuStreamSynchronize)         \

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * The fake runtime's device memory: cudaMalloc and its kin, cudaMemGetInfo,
- * cudaIpcGetMemHandle, and the copies and fills (cudaMemcpy*, cudaMemset*,
- * the test-only fakecuda_delayed_fill), which run as host functions on a
- * stream so that stream-ordering mistakes show up in the bytes. Reaches the
- * driver through the runtime's driver table like every call of fake_cudart.c.
+ * cudaIpc{Get,Open,Close}MemHandle, and the copies and fills (cudaMemcpy*,
+ * cudaMemset*, the test-only fakecuda_delayed_fill), which run as host
+ * functions on a stream so that stream-ordering mistakes show up in the
+ * bytes. Reaches the driver through the runtime's driver table like every
+ * call of fake_cudart.c.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -141,6 +142,28 @@ RT_API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     ENTER_OR_RETURN(NULL);
     _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handle size");
     return fcrt_ret_drv(D.cuIpcGetMemHandle((CUipcMemHandle *)(void *)handle, (CUdeviceptr)(uintptr_t)devPtr));
+}
+
+/* The driver's answers (fake_cuda_driver.h): no handle ever opens here. */
+RT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    if (!devPtr)
+        return fcrt_ret(cudaErrorInvalidValue);
+    ENTER_OR_RETURN(NULL);
+    CUipcMemHandle h;
+    memcpy(&h, &handle, sizeof h);
+    CUdeviceptr p;
+    CUresult r = D.cuIpcOpenMemHandle_v2(&p, h, flags);
+    if (r)
+        return fcrt_ret_drv(r);
+    *devPtr = (void *)(uintptr_t)p;
+    return cudaSuccess;
+}
+
+RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    ENTER_OR_RETURN(NULL);
+    return fcrt_ret_drv(D.cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)devPtr));
 }
 
 /* ---- copies and fills run as host functions on the stream ---- */

@@ -337,8 +337,8 @@ FC_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
     return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-/* Handle layout: magic, base, device, size. Opaque to real code; decodable
- * by tests through fakecu_ipc_handle_base. */
+/* Handle layout: magic, base, device, size, exporting pid. Opaque to real
+ * code; decodable by tests through fakecu_ipc_handle_base. */
 const char k_ipc_magic[8] = {'F', 'K', 'C', 'U', 'I', 'P', 'C', '1'};
 
 FC_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
@@ -362,5 +362,58 @@ FC_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     memcpy(pHandle->reserved + 8, &base, 8);
     memcpy(pHandle->reserved + 16, &dev, 4);
     memcpy(pHandle->reserved + 24, &size, 8);
+    int32_t pid = (int32_t)getpid();
+    memcpy(pHandle->reserved + 32, &pid, 4);
     return CUDA_SUCCESS;
+}
+
+static atomic_ullong g_ipc_opens, g_ipc_closes;
+
+/* Device memory here is host memory private to the process, so no handle
+ * ever opens (fake_cuda_driver.h says what each case answers). The exporting
+ * process gets CUDA_ERROR_INVALID_CONTEXT, as from the real driver there. */
+static CUresult ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, unsigned int flags)
+{
+    atomic_fetch_add(&g_ipc_opens, 1);
+    ENTER();
+    if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = need_ctx(NULL);
+    if (r)
+        return r;
+    if (memcmp(handle->reserved, k_ipc_magic, 8))
+        return CUDA_ERROR_INVALID_VALUE; /* not ours: a clean refusal, never a mapping */
+    int32_t pid;
+    memcpy(&pid, handle->reserved + 32, 4);
+    return pid == (int32_t)getpid() ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+FC_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return ipc_open(pdptr, &handle, Flags);
+}
+
+FC_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return ipc_open(pdptr, &handle, Flags);
+}
+
+/* Nothing was ever opened, so there is nothing to close. */
+FC_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    (void)dptr;
+    atomic_fetch_add(&g_ipc_closes, 1);
+    ENTER();
+    CUresult r = need_ctx(NULL);
+    return r ? r : CUDA_ERROR_INVALID_VALUE;
+}
+
+FC_API unsigned long long fakecu_ipc_opens(void)
+{
+    return atomic_load(&g_ipc_opens);
+}
+
+FC_API unsigned long long fakecu_ipc_closes(void)
+{
+    return atomic_load(&g_ipc_closes);
 }

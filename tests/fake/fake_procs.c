@@ -55,6 +55,9 @@ static const struct proc_entry k_procs[] = {
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
     P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     P("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    P("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
+    P("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle), /* the first ABI */
+    P("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
     P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
     P("cuMemAddressReserve", 10020, cuMemAddressReserve),
     P("cuMemAddressFree", 10020, cuMemAddressFree),
@@ -79,6 +82,7 @@ static const struct proc_entry k_procs[] = {
     P("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
     P("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
     P("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
+    P("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
     P("cuStreamCreate", 2000, cuStreamCreate),
     P("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
     PT("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),

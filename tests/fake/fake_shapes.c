@@ -40,7 +40,12 @@ FC_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevic
         *pi = 32;
         return CUDA_SUCCESS;
     case 102: /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
-        *pi = 1;
+        /* FAKECUDA_VMM_SUPPORTED=0: a device without the virtual-memory API (some vGPUs and
+         * older boards), where the layer's default falls back to ordinary segments. */
+        *pi = !(getenv("FAKECUDA_VMM_SUPPORTED") && getenv("FAKECUDA_VMM_SUPPORTED")[0] == '0');
+        return CUDA_SUCCESS;
+    case 103: /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED; a test turns it off */
+        *pi = !getenv("FAKECUDA_NO_FD_HANDLES");
         return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;

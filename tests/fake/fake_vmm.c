@@ -6,7 +6,8 @@
  *
  *  - a reservation is address space mapped PROT_NONE, so a host touch of a
  *    page nobody mapped faults (SIGSEGV), as a device touch would;
- *  - a physical allocation ("handle") is a memfd charged to its device;
+ *  - a physical allocation ("handle") is a memfd charged to its device and
+ *    named after it, for an import (fake_vmm_share.c) to find;
  *  - cuMemMap maps that memfd MAP_SHARED|MAP_FIXED over the reservation, so
  *    one handle mapped at two addresses is one set of bytes: a write through
  *    one is read through the other;
@@ -68,7 +69,7 @@ struct phys {
     size_t size;
     size_t granularity; /* in force at creation: the alignment cuMemMap needs */
     unsigned handle_types;
-    unsigned refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
+    unsigned refs; /* cuMemCreate or import + cuMemRetainAllocationHandle - cuMemRelease */
     unsigned maps;
 };
 
@@ -220,7 +221,7 @@ static void vmm_init(void)
 
 /* Initialisation and teardown state come from fake_cuda.c through an
  * ordinary entry point; *ndev gets the device count. */
-static CUresult vmm_enter(int *ndev)
+CUresult vmm_enter(int *ndev)
 {
     pthread_once(&vmm_lock_once, vmm_init);
     return cuDeviceGetCount(ndev);
@@ -401,31 +402,41 @@ VMM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
     pthread_rwlock_unlock(&vmm_lock);
     if (fail || !fc_device_charge(dev, size))
         return CUDA_ERROR_OUT_OF_MEMORY;
-
-    struct phys *ph = calloc(1, sizeof *ph);
-    int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
-    if (!ph || fd < 0 || ftruncate(fd, (off_t)size)) {
+    char name[32];
+    snprintf(name, sizeof name, VMM_MEMFD_PREFIX "%d", dev);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size)) {
         if (fd >= 0)
             close(fd);
-        free(ph);
         fc_device_uncharge(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    ph->dev = dev;
-    ph->fd = fd;
-    ph->size = size;
-    ph->granularity = atomic_load(&g_granularity);
-    ph->handle_types = prop->requestedHandleTypes;
-    ph->refs = 1;
+    return vmm_phys_add(dev, fd, size, prop->requestedHandleTypes, false, handle);
+}
+
+CUresult vmm_phys_add(int dev, int fd, size_t size, unsigned handle_types, bool imported,
+                      CUmemGenericAllocationHandle *handle)
+{
+    struct phys *ph = calloc(1, sizeof *ph);
+    if (!ph) {
+        close(fd);
+        fc_device_uncharge(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *ph = (struct phys){.dev = dev, .fd = fd, .size = size, .handle_types = handle_types, .refs = 1,
+                        .granularity = atomic_load(&g_granularity)};
     pthread_rwlock_wrlock(&vmm_lock);
-    ph->id = g_next_id++;
+    CUmemGenericAllocationHandle id = ph->id = g_next_id++;
     HASH_ADD(hh, g_phys, id, sizeof ph->id, ph);
     g_phys_bytes[dev] += size;
     g_stats.physical_bytes += size;
     g_stats.handles++;
-    g_stats.creates++;
+    if (imported)
+        g_stats.imports++;
+    else
+        g_stats.creates++;
     pthread_rwlock_unlock(&vmm_lock);
-    *handle = ph->id;
+    *handle = id;
     return CUDA_SUCCESS;
 }
 

@@ -75,4 +75,20 @@ size_t vmm_vec_lower_bound(const struct span_vec *v, uintptr_t p);
 size_t vmm_vec_find(const struct span_vec *v, uintptr_t p);
 struct mapping *vmm_map_at(size_t i);
 
+/* ---- fake_vmm.c for fake_vmm_share.c (imports) ---- */
+#include "fake_cuda_driver.h"
+
+/* A memfd of cuMemCreate is named this and its device's ordinal, so that an
+ * importer, in this process or another, can read the device back. */
+#define VMM_MEMFD_PREFIX "fakecuda-dev"
+
+/* The prologue of every VMM entry point: set-up, the driver's init checks;
+ * *ndev gets the device count. */
+CUresult vmm_enter(int *ndev);
+/* Makes fd (size bytes, already charged to dev with fc_device_charge) a new
+ * physical allocation with one reference. On failure fd is closed and the
+ * charge undone. imported: counted as an import, not a creation. */
+CUresult vmm_phys_add(int dev, int fd, size_t size, unsigned handle_types, bool imported,
+                      CUmemGenericAllocationHandle *handle);
+
 #endif /* FAKE_VMM_H */

@@ -608,7 +608,8 @@ static void test_proc_address(void)
     static const char *const names[] = {"cuMemGetAllocationGranularity", "cuMemAddressReserve", "cuMemAddressFree",
                                         "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
                                         "cuMemSetAccess", "cuMemGetAccess", "cuMemRetainAllocationHandle",
-                                        "cuMemGetAllocationPropertiesFromHandle", "cuMemExportToShareableHandle"};
+                                        "cuMemGetAllocationPropertiesFromHandle", "cuMemExportToShareableHandle",
+                                        "cuMemImportFromShareableHandle"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *fn = NULL;
         CUdriverProcAddressQueryResult st;
