@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "cuda_context.h"
 #include "log.h"
 #include "real.h"
@@ -49,6 +50,7 @@ int cci_cuda_vmm_import(int device, const cci_vmm_piece *pieces, size_t n, cci_v
         return CCI_EBACKEND;
     }
     size_t imported = 0, mapped = 0;
+    uint64_t at[5] = {cci_pl_now_ns()};  // the phases' ends, for the debug line
     for (; imported < n; imported++) {
         CUmemGenericAllocationHandle h = 0;
         r = t->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)pieces[imported].fd,
@@ -58,10 +60,12 @@ int cci_cuda_vmm_import(int device, const cci_vmm_piece *pieces, size_t n, cci_v
         out->handles[imported] = h;
     }
     CUdeviceptr base = 0;
+    at[1] = cci_pl_now_ns();
     if (imported == n) {
         // The driver's default alignment is the granularity; every page is a multiple of it.
         r = t->cuMemAddressReserve(&base, total, 0, 0, 0);
     }
+    at[2] = cci_pl_now_ns();
     if (imported == n && r == CUDA_SUCCESS) {
         out->base = (uintptr_t)base;
         for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
@@ -69,6 +73,7 @@ int cci_cuda_vmm_import(int device, const cci_vmm_piece *pieces, size_t n, cci_v
             if (r == CUDA_SUCCESS)
                 mapped += pieces[i].size;
         }
+        at[3] = cci_pl_now_ns();
         if (r == CUDA_SUCCESS) {
             CUmemAccessDesc desc = {{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
             r = t->cuMemSetAccess(base, total, &desc, 1);
@@ -88,6 +93,10 @@ int cci_cuda_vmm_import(int device, const cci_vmm_piece *pieces, size_t n, cci_v
         return CCI_EBACKEND;
     }
     cci_cuda_leave(&sc);
+    at[4] = cci_pl_now_ns();
+    cci_log(CCI_LOG_DEBUG, "device %d: imported %zu pages (%zu bytes): import %.0f us, reserve %.0f us, map %.0f us, "
+            "access %.0f us", device, n, total, (at[1] - at[0]) / 1e3, (at[2] - at[1]) / 1e3, (at[3] - at[2]) / 1e3,
+            (at[4] - at[3]) / 1e3);
     out->size = total;
     out->n = n;
     if (cu)
@@ -100,11 +109,15 @@ void cci_cuda_vmm_unimport(cci_vmm_import *im)
     if (!im->handles)
         return;
     cci_driver_scope sc;
+    uint64_t t0 = cci_pl_now_ns();
     int entered = cci_cuda_enter(im->device, &sc) == 0;
     unmap_all(im, im->size, im->n);
+    uint64_t t1 = cci_pl_now_ns();
     cci_real_drv()->cuMemAddressFree((CUdeviceptr)im->base, im->size);
     if (entered)
         cci_cuda_leave(&sc);
+    cci_log(CCI_LOG_DEBUG, "device %d: unmapped %zu imported pages: unmap and release %.0f us, range %.0f us", im->device,
+            im->n, (t1 - t0) / 1e3, (cci_pl_now_ns() - t1) / 1e3);
     free(im->handles);
     memset(im, 0, sizeof *im);
 }
