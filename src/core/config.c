@@ -36,6 +36,7 @@ void cci_config_default(cci_config *c)
     c->intercept_level = CCI_LEVEL_BOTH;
     c->large_segment_size = (size_t)LARGE_BUFFER_MIB * MIB;
     c->pinned_num_register_threads = 1;
+    c->compact_segments = -1;  // the device decides (cci_config_resolve)
 }
 
 // ---- parse state and messages -------------------------------------------------------------

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Printer for the PYTORCH_CUDA_ALLOC_CONF grammar: the effective configuration in canonical form,
-// every key, so that parse(format(c)) gives c back (the fuzz target checks that round trip).
+// every key, so that parse(format(c)) gives c back (the fuzz target checks that round trip); and
+// the one place an unset compact_segments is settled for a device.
 #include "config.h"
 
 #include <float.h>
@@ -13,6 +14,13 @@
 #include <string.h>
 
 #define MIB ((size_t)1 << 20)
+
+void cci_config_resolve(cci_config *c, int vmm)
+{
+    // expandable_segments:True alone asks for PyTorch's mode: the default must not override it.
+    if (c->compact_segments < 0)
+        c->compact_segments = vmm && !c->expandable_segments;
+}
 
 // ---- printing -------------------------------------------------------------------------------
 
@@ -112,8 +120,10 @@ int cci_config_format(const cci_config *c, char *buf, size_t len)
     if (c->intercept_level != CCI_LEVEL_BOTH && c->intercept_level >= CCI_LEVEL_RUNTIME &&
         c->intercept_level <= CCI_LEVEL_BOTH)
         put(&o, ",intercept_level:%s", cci__level_names[c->intercept_level]);
-    if (c->compact_segments)  // likewise: only when set
-        put(&o, ",compact_segments:True");
+    // Likewise only when given (or settled by an allocator for its device, cci_config_resolve):
+    // unset is its own state, which the device resolves, so printing nothing reads back as unset.
+    if (c->compact_segments >= 0)
+        put(&o, ",compact_segments:%s", tf(c->compact_segments));
     // Likewise at their defaults. max_non_split_rounding_mb is printed before this key, and a
     // given allowance wins whatever the order, so the string reads back to the same pair.
     if (c->large_segment_size != ((size_t)20 << 20))

@@ -13,7 +13,8 @@
 // - CCI_EXP_PYTORCH (expandable_segments:True) reproduces PyTorch: pages of 2 MiB in the small
 //   pool and 20 MiB in the large pool, a free never unmaps, and pages go back only in empty_cache
 //   and in the last retry before an out-of-memory.
-// - CCI_EXP_COMPACT (compact_segments:True, ours) maps pages of the device's granularity in both
+// - CCI_EXP_COMPACT (compact_segments:True, ours, and the default where the device offers the
+//   virtual-memory API) maps pages of the device's granularity in both
 //   pools, and moves free pages to where a growth needs them rather than reserving more
 //   (compact.c, which holds its page pool, churn rule and reclaim).
 //   The core asks the device for pages only when the pool grows, never on a cached allocation or
@@ -42,14 +43,25 @@
 int cci__exp_init(cci_allocator *a)
 {
     a->exp = NULL;
-    cci_exp_mode mode = a->cfg.compact_segments      ? CCI_EXP_COMPACT
-                        : a->cfg.expandable_segments ? CCI_EXP_PYTORCH
-                                                     : 0;
-    if (!mode)
+    // compact_segments:False with expandable_segments unset or False asks nothing of the device:
+    // its virtual-memory API is not even probed.
+    if (!a->cfg.compact_segments && !a->cfg.expandable_segments)
         return 0;
     const cci_backend_vmm_ops *v = a->be.ops->vmm;
     size_t g = (a->be.ops->caps & CCI_CAP_VMM) && v ? v->granularity(a->be.ctx, a->device) : 0;
-    if (!g) {
+    // An unset compact_segments is settled here, for this device, and kept in a->cfg so that the
+    // reports print (and the what-ifs replay) the mode in effect, not "unset".
+    cci_config_resolve(&a->cfg, g != 0);
+    cci_exp_mode mode = a->cfg.compact_segments      ? CCI_EXP_COMPACT
+                        : a->cfg.expandable_segments ? CCI_EXP_PYTORCH
+                                                     : 0;
+    if (!mode) {  // only the default ends here: no warning, it asked for nothing (the backend's
+                  // probe already says at info level that the device lacks the API)
+        cci_log(CCI_LOG_DEBUG, "device %d: ordinary segments (the default compact segments need the "
+                              "virtual-memory API, which this device does not offer)", a->device);
+        return 0;
+    }
+    if (!g) {  // asked for by name: the user should know it is not in effect
         cci_log(CCI_LOG_WARNING, "device %d: %s needs the virtual-memory API, which this device does not "
                                  "offer; using ordinary segments",
                 a->device, mode == CCI_EXP_COMPACT ? "compact_segments" : "expandable_segments");

@@ -9,7 +9,7 @@
 
 typedef enum cci_exp_mode {
     CCI_EXP_PYTORCH = 1,  ///< expandable_segments:True, PyTorch's semantics
-    CCI_EXP_COMPACT = 2,  ///< compact_segments:True, ours: granularity pages, free pages given back
+    CCI_EXP_COMPACT = 2,  ///< compact_segments (the default with VMM), ours: free pages given back
 } cci_exp_mode;
 
 /// A page of compact mode's pool. A page a reclaim moved on its own stream may still be mapped at
@@ -59,8 +59,10 @@ typedef struct cci_exp {
                             ///< raised (bounded) because moving pages circulated
 } cci_exp;
 
-/// Sets a->exp from the configuration and the backend: NULL when the configuration asks for
-/// ordinary segments, or when the backend has no VMM group (a warning says so). -1 on host OOM.
+/// Sets a->exp from the configuration and the backend, first settling an unset compact_segments
+/// in a->cfg (cci_config_resolve): NULL when the configuration asks for ordinary segments, or when
+/// the backend has no VMM group (a warning says so if a mode was asked for by name; the default
+/// falls back silently). -1 on host OOM.
 int cci__exp_init(cci_allocator *a);
 void cci__exp_fini(cci_allocator *a);
 

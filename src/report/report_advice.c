@@ -100,7 +100,7 @@ static int stated(const cci_report_device *d, const char *conf)
 static void gain(cci_sb *b, const cci_report_device *d, const cci_report_whatif_row *r)
 {
     const cci_report_whatif *w = &d->whatif;
-    const char *name = *r->conf ? r->conf : "the defaults (CCI_ALLOC_CONF unset)";
+    const char *name = *r->conf ? r->conf : "the defaults (CCI_ALLOC_CONF unset: compact segments)";
     cci__sb_puts(b, name);
     if (stated(d, name)) {
         cci__sb_puts(b, " (above)");
@@ -244,7 +244,32 @@ static void rule_oversize_idle(cci_report_device *d)
     add_sb(d, "oversize_idle", &b);
 }
 
-static const char *const vmm_modes[] = {"expandable_segments:True", "compact_segments:True"};
+// The segment kinds as the what-if grid spells them (sweep.c): the default ("", compact segments
+// where the device offers the virtual-memory API), PyTorch's expandable segments, and ordinary
+// ones, one key away. A kind is named only when it is not the one in effect (vmm_mode differs).
+static const char *const vmm_modes[] = {"", "expandable_segments:True"};
+static const char *const segment_kinds[] = {"", "expandable_segments:True", "compact_segments:False"};
+
+// The paragraph's cure when nothing was replayed, by the mode in effect (vmm_counts.h: 0 ordinary,
+// 1 expandable, 2 compact): never the mode that already runs.
+static const char *waste_cure(int mode)
+{
+    if (mode == 2)
+        return " Compact segments are in effect (the default where the device offers the virtual-memory "
+               "API). The alternatives are PyTorch's "
+               "expandable_segments:True and ordinary segments (compact_segments:False): record a trace "
+               "(CCI_TRACE) and run `ccreplay --sweep` on it to measure them and find the setting with the "
+               "lowest peak.";
+    if (mode == 1)
+        return " PyTorch's expandable segments are in effect; compact segments (ours, the default where the "
+               "device offers the virtual-memory API: drop expandable_segments:True) give free pages back. "
+               "Record a trace (CCI_TRACE) and run `ccreplay --sweep` on it to measure them and find the setting "
+               "with the lowest peak.";
+    return " Segments on the virtual-memory API are the usual cure: compact segments (ours, the default where "
+           "the device offers that API: drop compact_segments:False) or expandable_segments:True (PyTorch's). "
+           "Record a trace (CCI_TRACE) and run `ccreplay --sweep` on it to measure them and find the setting "
+           "with the lowest peak.";
+}
 
 static void rule_waste(cci_report_device *d)
 {
@@ -262,9 +287,7 @@ static void rule_waste(cci_report_device *d)
                    exact ? "" : "; peaks of two counters, possibly from different moments");
     const cci_report_whatif *w = measured(d);
     if (!w) {
-        cci__sb_puts(&b, " Segments on the virtual-memory API are the usual cure: expandable_segments:True "
-                         "(PyTorch's) or compact_segments:True (ours). Record a trace (CCI_TRACE) and run "
-                         "`ccreplay --sweep` on it to measure them and find the setting with the lowest peak.");
+        cci__sb_puts(&b, waste_cure(d->vmm_calls.mode));
         add_sb(d, "peak_waste", &b);
         return;
     }
@@ -273,7 +296,8 @@ static void rule_waste(cci_report_device *d)
     const cci_report_whatif_row *rec = cci__whatif_recommended(d);
     for (size_t m = 0; m < sizeof vmm_modes / sizeof vmm_modes[0]; m++) {
         const cci_report_whatif_row *r = find_conf(w, vmm_modes[m]);
-        if (!r || r == rec || !is_lower(w, r) || r->peak_reserved >= rec->peak_reserved)
+        if (!r || r == rec || r->calls.vmm_mode == w->current.calls.vmm_mode || !is_lower(w, r) ||
+            r->peak_reserved >= rec->peak_reserved)
             continue;
         cci_tuner_row tr, tc;
         cci__whatif_tuner_row(r, &tr);
@@ -362,6 +386,18 @@ static void rule_whatif(cci_report_device *d)
     cci__sb_printf(&b, "Replaying this run's %llu allocation events under %zu configurations (%.2f s), by the rule "
                        "`ccreplay --sweep` applies (under the what-if table): recommended: %s",
                    (unsigned long long)w->events, w->replayed, w->seconds, text);
+    // The other segment kinds, each in the one phrasing, so that the default's user sees what
+    // ordinary and PyTorch's segments would have cost, not a repeat of the mode in effect.
+    int kinds = 0;
+    for (size_t k = 0; k < sizeof segment_kinds / sizeof segment_kinds[0]; k++) {
+        const cci_report_whatif_row *r = find_conf(w, segment_kinds[k]);
+        if (!r || r == rec || r->calls.vmm_mode == w->current.calls.vmm_mode)
+            continue;
+        cci__sb_puts(&b, kinds++ ? "; " : " Other segment kinds, replayed: ");
+        gain(&b, d, r);
+    }
+    if (kinds)
+        cci__sb_puts(&b, ".");
     if (w->replayed < w->planned)
         cci__sb_printf(&b, " Only %zu of %zu configurations were replayed within the %.1f s bound "
                            "(CCI_WHATIF_SECONDS); `ccreplay --sweep` on a recorded trace measures them all.",

@@ -126,11 +126,23 @@ static void format_oom(out *o, cci_allocator *a, cci_report_timeline *tl, size_t
                     "smaller batch can make room for it. Check how the program computes this size (a "
                     "negative or uninitialised value converted to an unsigned size reads like this).");
     } else if (unalloc >= requested && st.largest_free_block < requested) {
+        // The cure named depends on the mode in effect: never advise what already runs.
+        int vmm = have_layout ? d->vmm_calls.mode : -1;
         put_wrapped(o, "  * ",
-                    "The reserved but unallocated memory would hold the request, but no free block is large "
-                    "enough: the cache is fragmented. Segments on the virtual-memory API "
-                    "(expandable_segments:True, or compact_segments:True) grow instead of splitting; the last "
-                    "line says what a replay of this run measured.");
+                    vmm > 0 ? "The reserved but unallocated memory would hold the request, but no free block is "
+                              "large enough, even on the virtual-memory segments in effect: free pages sit between "
+                              "live blocks. The last line says what a replay of this run measured under the other "
+                              "settings."
+                    : vmm == 0
+                        ? "The reserved but unallocated memory would hold the request, but no free block is large "
+                          "enough: the cache is fragmented, on ordinary segments. Segments on the virtual-memory "
+                          "API grow instead of splitting: compact segments (the default where the device offers "
+                          "that API; drop compact_segments:False) or PyTorch's expandable_segments:True; the "
+                          "last line says what a replay of this run measured."
+                        : "The reserved but unallocated memory would hold the request, but no free block is large "
+                          "enough: the cache is fragmented. Segments on the virtual-memory API (compact segments, "
+                          "the default where the device offers that API, or expandable_segments:True) grow "
+                          "instead of splitting; the last line says what a replay of this run measured.");
     } else if (unalloc < requested) {
         put_wrapped(o, "  * ",
                     "Even an empty cache would not make room: the program needs more memory than is left on "

@@ -209,8 +209,8 @@ size_t cci_tuner_cost_text(char *buf, size_t len, const cci_tuner_row *rec, cons
         PUT(")");
     PUT(".");
     if (is_vmm(rec) && !is_vmm(ref))
-        PUT(" Blocks of virtual-memory segments cannot be shared with CUDA IPC (cudaIpcGetMemHandle): keep "
-            "programs that use IPC on ordinary segments (docs/limitations.md).");
+        PUT(" Blocks of virtual-memory segments are shared with CUDA IPC (cudaIpcGetMemHandle) only between "
+            "processes that both run libccinterpose; one without it gets an invalid-handle error (docs/ipc.md).");
 #undef PUT
     if (w >= len && len)
         buf[len - 1] = 0;
@@ -235,7 +235,7 @@ size_t cci_tuner_recommendation_text(char *buf, size_t len, const cci_tuner_row 
         w = snprintf(buf, len, "CCI_ALLOC_CONF='%s': peak reserved %s with %s%s. %s", rec->conf, gain, ref_name,
                      rec->num_ooms < ref->num_ooms ? ", and fewer OOMs" : "", cost);
     else
-        w = snprintf(buf, len, "the defaults (CCI_ALLOC_CONF unset): peak reserved %s with %s%s. %s", gain,
-                     ref_name, rec->num_ooms < ref->num_ooms ? ", and fewer OOMs" : "", cost);
+        w = snprintf(buf, len, "the defaults (CCI_ALLOC_CONF unset: compact segments): peak reserved %s with %s%s. %s",
+                     gain, ref_name, rec->num_ooms < ref->num_ooms ? ", and fewer OOMs" : "", cost);
     return w < 0 ? 0 : (size_t)w;
 }

@@ -48,7 +48,7 @@ size_t cci_tuner_choose(const cci_tuner_row *rows, size_t n, size_t ref, double 
 /// `ref_name` names the reference ("the default's", "this run's"). Returns the length.
 size_t cci_tuner_rule_text(char *buf, size_t len, double duration_s, const char *ref_name);
 /// What the recommendation costs, one or two sentences: its device calls and their estimated
-/// time against the reference's, and what it breaks (CUDA IPC in the VMM modes). "" when rec is
+/// time against the reference's, and what it limits (CUDA IPC in the VMM modes). "" when rec is
 /// ref. Returns the length.
 size_t cci_tuner_cost_text(char *buf, size_t len, const cci_tuner_row *rec, const cci_tuner_row *ref,
                            double duration_s);

@@ -20,7 +20,9 @@ static void usage(FILE *f)
             "       ccreplay --sweep [--capacity SIZE] [--jobs N] [--json] TRACE\n"
             "  TRACE       a cci binary trace (CCI_TRACE=path), a cci text trace, or a pickled PyTorch\n"
             "              memory snapshot (torch.cuda.memory._snapshot()); each plain, .gz or .xz\n"
-            "  --conf      allocator configuration, CCI_ALLOC_CONF grammar (default: PyTorch's defaults)\n"
+            "  --conf      allocator configuration, CCI_ALLOC_CONF grammar (default: the library's defaults,\n"
+            "              compact segments as on a GPU with the virtual-memory API; compact_segments:False\n"
+            "              replays ordinary segments, PyTorch's defaults)\n"
             "  --capacity  simulated device size, e.g. 80G, 512M, 1048576; allocations past it count as\n"
             "              OOMs (default: unlimited)\n"
             "  --fenced-lag  replay every free as a fenced free (the preload's rule once the program has\n"
@@ -145,7 +147,13 @@ static void print_text(const char *path, const char *conf, size_t capacity, cons
     printf("trace               %s (%s)\n", path, t->format);
     if (t->config && *t->config)
         printf("recorded under      %s\n", t->config);
-    printf("configuration       %s\n", *conf ? conf : "(PyTorch defaults)");
+    printf("configuration       %s\n", *conf ? conf : "(defaults)");
+    // The mode in effect, said once: the default is compact segments on the simulated device, as
+    // on a GPU with the virtual-memory API, so a bare replay predicts a bare run there.
+    printf("segments            %s\n", r->vmm.mode == 2   ? "compact (compact_segments; the default where the device "
+                                                              "offers the virtual-memory API)"
+                                      : r->vmm.mode == 1 ? "expandable (expandable_segments:True, PyTorch's)"
+                                                          : "ordinary (cudaMalloc'd, as with compact_segments:False)");
     if (capacity)
         printf("device              simulated, capacity %.1f MiB\n", mib(capacity));
     else

@@ -24,11 +24,15 @@ static const struct {
     {"garbage_collection_threshold:0.8,per_process_memory_fraction:0.9", 1},
     {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.9", 1},
 };
-#define SEED_ADVICE "max_split_size_mb:128"
+// The split limits and roundings above tune ordinary segments, so those rows say
+// compact_segments:False: the default is compact segments wherever the device offers the
+// virtual-memory API, and the simulated device offers it as a GPU does.
+#define ORDINARY "compact_segments:False"
+#define SEED_ADVICE ORDINARY ",max_split_size_mb:128"
 // The virtual-memory modes are swept with PyTorch's default split and rounding rules (a split
 // limit together with expandable segments is a known leak in PyTorch, #123548), under each of
-// the gc variants above.
-static const char *const vmm_modes[] = {"expandable_segments:True", "compact_segments:True"};
+// the gc variants above: the default ("", compact segments) first, so that rows[0] is the default.
+static const char *const vmm_modes[] = {"", "expandable_segments:True"};
 #define NVMM (sizeof vmm_modes / sizeof vmm_modes[0])
 
 typedef struct row {
@@ -110,6 +114,19 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
     for (size_t g = 0; g < sizeof gc_variants / sizeof gc_variants[0]; g++) {
         if (gc_variants[g].with_capacity_only && !capacity)
             continue;
+        for (size_t m = 0; m < NVMM; m++) {
+            row *r = &rows[n];
+            r->nkeys = (*vmm_modes[m] ? 1 : 0) + (*gc_variants[g].conf ? 2 : 0);
+            snprintf(r->conf, sizeof r->conf, "%s%s%s", vmm_modes[m],
+                     *vmm_modes[m] && *gc_variants[g].conf ? "," : "", gc_variants[g].conf);
+            cci_config_default(&r->cfg);
+            char perr[256];
+            if (cci_config_parse(&r->cfg, r->conf, "sweep", perr, sizeof perr, NULL, NULL) != 0) {
+                snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf, perr);
+                return 0;
+            }
+            n++;
+        }
         for (size_t s = 0; s < sizeof split_mb / sizeof split_mb[0]; s++)
             for (size_t d = 0; d < sizeof divisions / sizeof divisions[0]; d++) {
                 row *r = &rows[n];
@@ -127,6 +144,8 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
         p += w;                                                                                   \
         left -= (size_t)w;                                                                        \
     } while (0)
+                ADD(ORDINARY);
+                r->nkeys++;
                 if (split_mb[s]) {
                     ADD("max_split_size_mb:%u", split_mb[s]);
                     r->nkeys++;
@@ -149,19 +168,6 @@ static size_t build_grid(row *rows, size_t capacity, char *err, size_t errlen)
                 }
                 n++;
             }
-        for (size_t m = 0; m < NVMM; m++) {
-            row *r = &rows[n];
-            r->nkeys = 1 + (*gc_variants[g].conf ? 2 : 0);
-            snprintf(r->conf, sizeof r->conf, "%s%s%s", vmm_modes[m], *gc_variants[g].conf ? "," : "",
-                     gc_variants[g].conf);
-            cci_config_default(&r->cfg);
-            char perr[256];
-            if (cci_config_parse(&r->cfg, r->conf, "sweep", perr, sizeof perr, NULL, NULL) != 0) {
-                snprintf(err, errlen, "internal error: grid entry '%s' does not parse: %s", r->conf, perr);
-                return 0;
-            }
-            n++;
-        }
     }
     return n;
 }
@@ -380,6 +386,8 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
         snprintf(cap, sizeof cap, "%.1f MiB", mib(capacity));
     fprintf(out, "sweep of %s: %zu events, simulated device of capacity %s, %zu configurations\n", name, t->n, cap,
             n);
+    fprintf(out, "default: compact segments, as on a GPU with the virtual-memory API (the simulated device has it);\n"
+                 "         " ORDINARY " gives ordinary segments, expandable_segments:True PyTorch's\n");
     if (!capacity)
         fprintf(out, "not swept: garbage_collection_threshold (needs --capacity)\n");
     fputc('\n', out);
@@ -392,7 +400,7 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
         fprintf(out, "%4zu  %17.1f  %+8.1f %%  %18.3f  %13llu  %12llu  %12.1f  %4llu  %s%s\n", k + 1,
                 mib(r->res.peak_reserved), pct(r->res.peak_reserved, def->res.peak_reserved), ratio,
                 (unsigned long long)r->res.num_device_alloc, (unsigned long long)call_count(r), call_us(r) / 1000.0,
-                (unsigned long long)r->res.num_ooms, *r->conf ? r->conf : "(default)",
+                (unsigned long long)r->res.num_ooms, *r->conf ? r->conf : "(default: compact segments)",
                 r == rec ? "  <- recommended" : "");
     }
     fputc('\n', out);
@@ -405,7 +413,7 @@ int cci_sweep(const cci_trace *t, const char *name, size_t capacity, int jobs, i
     wrap(out, text, 13, 2);
     fputs("  (", out);
     wrap(out, rule, 3, 3);
-    print_gain(out, rec, seed, "the common advice " SEED_ADVICE);
+    print_gain(out, rec, seed, "the common advice max_split_size_mb:128 on ordinary segments");
     if (lowest->res.peak_reserved < rec->res.peak_reserved) {
         double extra = call_us(lowest) - call_us(def), allowed = cci_tuner_allowance_us(duration_s);
         fprintf(out,
@@ -431,8 +439,15 @@ out:
 // ---- cci_sweep_measure ----------------------------------------------------------------------
 
 // Two spellings of one configuration (the grid's "" and a baseline of defaults, say) replay
-// alike: rows are told apart by the configuration's canonical string.
-static void canonical(const cci_config *c, char *buf, size_t len) { cci_config_format(c, buf, len); }
+// alike: rows are told apart by the configuration's canonical string, with an unset
+// compact_segments settled as the simulated device settles it (it offers the virtual-memory API):
+// a run's allocator reports the settled value, and must meet the grid's default row.
+static void canonical(const cci_config *c, char *buf, size_t len)
+{
+    cci_config r = *c;
+    cci_config_resolve(&r, 1);
+    cci_config_format(&r, buf, len);
+}
 
 static int keys_in(const char *conf)
 {

@@ -52,6 +52,7 @@ static void test_defaults(void)
     CHECK(c.immediate_reuse == 0);
     CHECK(c.memgetinfo_cached_as_free == 1);
     CHECK(c.intercept_level == CCI_LEVEL_BOTH);
+    CHECK(c.compact_segments == -1);  // unset: the device decides (cci_config_resolve)
 }
 
 static void test_empty(void)
@@ -526,11 +527,22 @@ static void test_format(void)
                       "release_lock_on_cudamalloc:True,per_process_memory_fraction:0.9,"
                       "immediate_reuse:True,memgetinfo_cached_as_free:False") == 0);
     ROUNDTRIP(&c);
-    // Our compact_segments key is printed only when set, after the others.
+    // Our compact_segments key is printed only when given, after the others, True or False: unset
+    // (the default) prints nothing and reads back as unset, so each of the three states survives.
     EXPECT_OK(&c, "compact_segments:True");
     cci_config_format(&c, buf, sizeof buf);
     CHECK(strstr(buf, ",compact_segments:True") != NULL && strstr(buf, "compact_segments:True") ==
                                                                buf + strlen(buf) - strlen("compact_segments:True"));
+    ROUNDTRIP(&c);
+    EXPECT_OK(&c, "compact_segments:False");
+    CHECK(c.compact_segments == 0);
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strcmp(buf, def) != 0 && strstr(buf, ",compact_segments:False") == buf + strlen(def));
+    ROUNDTRIP(&c);
+    EXPECT_OK(&c, "expandable_segments:True");
+    CHECK(c.compact_segments == -1);
+    cci_config_format(&c, buf, sizeof buf);
+    CHECK(strstr(buf, "compact_segments") == NULL);
     ROUNDTRIP(&c);
 
     static const char *const samples[] = {
@@ -581,6 +593,7 @@ static void test_format(void)
         c.immediate_reuse = (int)(next_rand() % 2);
         c.memgetinfo_cached_as_free = (int)(next_rand() % 2);
         c.intercept_level = 1 + (int)(next_rand() % 3);
+        c.compact_segments = (int)(next_rand() % 3) - 1;
         int before = failed;
         ROUNDTRIP(&c);
         if (failed != before)
@@ -595,6 +608,37 @@ static void test_format(void)
     memset(small, 'Z', sizeof small);
     CHECK(cci_config_format(&c, small, sizeof small) == need);
     CHECK(strcmp(small, "backend:n") == 0);
+}
+
+// The default is settled per device: compact segments where the virtual-memory API is offered,
+// ordinary ones elsewhere; expandable_segments:True alone keeps PyTorch's mode; a given value stays.
+static void test_resolve(void)
+{
+    static const struct {
+        const char *conf;
+        int vmm, want;
+    } cases[] = {
+        {"", 1, 1},
+        {"", 0, 0},
+        {"compact_segments:False", 1, 0},
+        {"compact_segments:True", 0, 1},  // kept: the allocator warns that it cannot honour it
+        {"expandable_segments:True", 1, 0},
+        {"expandable_segments:True,compact_segments:True", 1, 1},
+        {"expandable_segments:False", 1, 1},
+        {"max_split_size_mb:128,immediate_reuse:True,fence_slack_mb:64", 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cci_config c;
+        EXPECT_OK(&c, cases[i].conf);
+        cci_config_resolve(&c, cases[i].vmm);
+        char what[160];
+        snprintf(what, sizeof what, "'%s' on a device %s the virtual-memory API: compact_segments %d",
+                 cases[i].conf, cases[i].vmm ? "with" : "without", c.compact_segments);
+        check(c.compact_segments == cases[i].want, __LINE__, what);
+        ROUNDTRIP(&c);  // the settled value prints, and reads back, as given
+        cci_config_resolve(&c, !cases[i].vmm);
+        check(c.compact_segments == cases[i].want, __LINE__, "settled once, for good");
+    }
 }
 
 static void test_intercept_level(void)
@@ -685,6 +729,7 @@ int main(void)
     test_structure();
     test_one_line();
     test_format();
+    test_resolve();
     test_intercept_level();
     test_fuzz();
     printf("%d passed, %d failed\n", passed, failed);

@@ -12,6 +12,7 @@ static inline cci_allocator *t_cached_allocator(size_t capacity, cci_sim_device 
 {
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     *sim = cci_sim_create(capacity);
     cci_allocator *a = cci_allocator_create(0, &cfg, cci_sim_backend(*sim));
     cci_allocator_thread_cache(a, 1);

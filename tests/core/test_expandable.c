@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "allocator_impl.h"
+#include "log.h"
 #include "vmm_counts.h"
 #include "testutil.h"
 #include "../bench/bench_util.h"
@@ -20,6 +21,7 @@ static fixture make(const char *conf, size_t capacity)
 {
     cci_config c;
     cci_config_default(&c);
+    c.compact_segments = 0;  // ordinary segments unless `conf` names a mode (the default is compact with VMM)
     char err[256];
     if (cci_config_parse(&c, conf, "test", err, sizeof err, NULL, NULL) != 0) {
         fprintf(stderr, "bad test config '%s': %s\n", conf, err);
@@ -710,6 +712,71 @@ static void test_without_vmm(void)
     cci_sim_destroy(sim);
 }
 
+// The mode `conf` (NULL: defaults) runs on the simulated device with or without its VMM group.
+static int mode_of(const char *conf, int vmm, long *warned, char *canon, size_t canon_len)
+{
+    cci_sim_device *sim = cci_sim_create((size_t)1 << 40);
+    cci_backend be = cci_sim_backend(sim);
+    cci_backend_ops plain = *be.ops;
+    if (!vmm) {
+        plain.caps &= ~(unsigned)CCI_CAP_VMM;
+        plain.vmm = NULL;
+        be.ops = &plain;
+    }
+    cci_config c;
+    cci_config_default(&c);
+    if (conf)
+        CHECK(cci_config_parse(&c, conf, "test", NULL, 0, NULL, NULL) == 0, "parse %s", conf);
+    FILE *log = tmpfile();
+    cci_log_set_fd(fileno(log));
+    cci_allocator *a = cci_allocator_create(0, &c, be);
+    cci_log_set_fd(2);
+    uintptr_t p = 0;
+    CHECK(cci_malloc(a, 5 * MiB, 0, &p) == CCI_OK, "allocates");
+    cci_vmm_counts n;
+    cci_alloc_vmm_counts(a, &n);
+    cci_config_format(cci_allocator_config(a), canon, canon_len);
+    *warned = ftell(log), fclose(log);
+    cci_free(a, p, 0, CCI_FREE_NOW);
+    cci_allocator_destroy(a, 1);
+    cci_sim_destroy(sim);
+    return n.mode;
+}
+
+static void test_default_mode(void)
+{
+    // Unset: compact where the device offers the VMM group, ordinary ones silently where it does
+    // not; compact_segments:False is ordinary; expandable_segments:True alone PyTorch's mode.
+    static const struct {
+        const char *conf;
+        int vmm, mode, warns;
+        const char *canon;
+    } cases[] = {
+        {NULL, 1, 2, 0, ",compact_segments:True"},
+        {NULL, 0, 0, 0, ",compact_segments:False"},
+        {"compact_segments:False", 1, 0, 0, ",compact_segments:False"},
+        {"expandable_segments:True", 1, 1, 0, "expandable_segments:True"},
+        {"expandable_segments:True,compact_segments:True", 1, 2, 0, ",compact_segments:True"},
+        {"compact_segments:True", 0, 0, 1, ",compact_segments:True"},
+        {"expandable_segments:True", 0, 0, 1, "expandable_segments:True"},
+        {"max_split_size_mb:128,immediate_reuse:True", 1, 2, 0, "max_split_size_mb:128"},
+    };
+    cci_log_level lvl = cci_log_get_level();
+    cci_log_set_level(CCI_LOG_WARNING);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long warned = 0;
+        char canon[1024];  // the allocator's config: what is in effect
+        int mode = mode_of(cases[i].conf, cases[i].vmm, &warned, canon, sizeof canon);
+        const char *name = cases[i].conf ? cases[i].conf : "(unset)";
+        CHECK(mode == cases[i].mode, "%s, %s VMM: mode %d, expected %d", name, cases[i].vmm ? "with" : "without", mode,
+              cases[i].mode);
+        CHECK((warned > 0) == cases[i].warns, "%s, %s VMM: %ld bytes of warnings", name,
+              cases[i].vmm ? "with" : "without", warned);
+        CHECK(strstr(canon, cases[i].canon) != NULL, "%s: canonical %s", name, canon);
+    }
+    cci_log_set_level(lvl);
+}
+
 int main(void)
 {
     test_growth();
@@ -726,6 +793,7 @@ int main(void)
     test_churn_ceiling_bounded();
     test_churn_ceiling_under_pressure();
     test_without_vmm();
+    test_default_mode();
     test_mixed_passes();
     return t_finish();
 }

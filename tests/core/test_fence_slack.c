@@ -22,6 +22,7 @@ static void make(fixture *f, uint64_t lag, const char *conf)
     memset(f, 0, sizeof *f);
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     char err[256];
     if (conf)
         CHECK(cci_config_parse(&cfg, conf, "test", err, sizeof err, NULL, NULL) == 0, "config %s: %s", conf, err);

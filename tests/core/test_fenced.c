@@ -34,6 +34,7 @@ static void make(fixture *f, size_t capacity, uint64_t lag)
     memset(f, 0, sizeof *f);
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     cfg.fence_slack_mb = 0;  // the trades below without the fence budget (test_fence_slack.c has it)
     f->sim = cci_sim_create(capacity);
     cci_sim_set_fence_lag(f->sim, lag);
@@ -631,6 +632,7 @@ static void test_without_fences(void)
     ops.synchronize = count_sync;
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     cci_allocator *a = cci_allocator_create(0, &cfg, (cci_backend){&ops, sb.ctx});
     uintptr_t p = 0, q = 0;
     cci_malloc(a, 200 * MiB, 0, &p);

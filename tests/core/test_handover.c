@@ -15,6 +15,7 @@ static cci_allocator *make(cci_sim_device **sim, uint64_t lag)
 {
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     *sim = cci_sim_create(1ull << 40);
     cci_sim_set_fence_lag(*sim, lag);
     return cci_allocator_create(0, &cfg, cci_sim_backend(*sim));

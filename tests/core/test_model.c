@@ -211,6 +211,7 @@ int main(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cci_config cfg;
         cci_config_default(&cfg);
+        cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
         char err[256];
         if (cci_config_parse(&cfg, cases[c].conf, "test", err, sizeof err, NULL, NULL) != 0) {
             CHECK(0, "config %s: %s", cases[c].conf, err);

@@ -24,6 +24,7 @@ static cci_allocator *make(const char *conf, size_t capacity, cci_sim_device **s
 {
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     CHECK(cci_config_parse(&cfg, conf, "T", NULL, 0, NULL, NULL) == 0, "parse %s", conf);
     *sim = cci_sim_create(capacity);
     cci_backend be = cci_sim_backend(*sim);

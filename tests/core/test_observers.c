@@ -111,6 +111,7 @@ static void run(int thread_cache, const char *conf)
     cci_sim_device *sim = cci_sim_create((size_t)640 << 20);
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     char err[256];
     CHECK(cci_config_parse(&cfg, conf, "test", err, sizeof err, NULL, NULL) == 0, "'%s': %s", conf, err);
     cci_allocator *a = sim ? cci_allocator_create(0, &cfg, cci_sim_backend(sim)) : NULL;

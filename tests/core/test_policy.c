@@ -11,6 +11,7 @@ static cci_config conf(const char *s)
 {
     cci_config c;
     cci_config_default(&c);
+    c.compact_segments = 0;  // ordinary segments: the policy under test (the default is compact with VMM)
     char err[256];
     if (cci_config_parse(&c, s, "test", err, sizeof err, NULL, NULL) != 0) {
         fprintf(stderr, "bad test config '%s': %s\n", s, err);

@@ -7,7 +7,10 @@
 #    that gave it (each suggestion is spelled out once);
 #  - no advice paragraph is cut (each ends a sentence);
 #  - the text report has the what-if table.
-# Usage: measured_advice.py PROGRAM (LD_PRELOAD / LD_LIBRARY_PATH come from the test's env).
+# With --default the run keeps the defaults (compact segments, the fake offers the virtual-memory
+# API): the advice keeps them, never names compact_segments:True, and states what the other segment
+# kinds (compact_segments:False, expandable_segments:True) would have peaked at.
+# Usage: measured_advice.py [--default] PROGRAM (LD_PRELOAD / LD_LIBRARY_PATH come from the test's env).
 import json
 import os
 import subprocess
@@ -20,7 +23,31 @@ def run(prog, env_extra):
     return subprocess.run([prog], env=env, capture_output=True, text=True, timeout=60)
 
 
+def check_default(prog):
+    with tempfile.TemporaryDirectory() as tmp:
+        jpath = os.path.join(tmp, "r.json")
+        env = {"CCI_REPORT": jpath}
+        p = subprocess.run([prog], env={k: v for k, v in dict(os.environ, **env).items()
+                                        if k not in ("CCI_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")},
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        d = json.load(open(jpath))["devices"][0]
+        assert "compact_segments:True" in d["config"], d["config"]
+        assert d["what_if_replay"]["recommended"]["conf"] == "", d["what_if_replay"]["recommended"]
+        confs = [r["conf"] for r in d["what_if"]]
+        assert "" not in confs and "compact_segments:True" not in confs, confs
+        text = {a["rule"]: a["text"] for a in d["advice"]}["what_if"]
+        assert "keep this run's setting" in text, text
+        for alt in ("compact_segments:False would have peaked at", "expandable_segments:True would have peaked at"):
+            assert alt in text, (alt, text)
+        for a in d["advice"]:
+            assert "compact_segments:True" not in a["text"], a
+        print("default: compact segments kept; the other segment kinds stated")
+
+
 def main():
+    if sys.argv[1] == "--default":
+        return check_default(sys.argv[2])
     prog = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
         jpath = os.path.join(tmp, "r.json")

@@ -344,17 +344,18 @@ def shared():
 def newest_keys():
     """PyTorch's newest keys reach the replayed allocator: eight 4 MiB requests share 20 MiB
     segments by default, one 64 MiB segment under large_segment_size_mb:64, 8 MiB ones under :8;
-    throw_on_cudamalloc_oom leaves a replay that fits unchanged and still fails what does not."""
+    throw_on_cudamalloc_oom leaves a replay that fits unchanged and still fails what does not. All
+    on ordinary segments (compact_segments:False), whose sizes these keys set."""
     lines = [b"# cci-text-trace 1\n# device 0\n"]
     lines += [b"alloc 0x%x 4194304 0 0\n" % (0x100000000 + i * 0x400000) for i in range(8)]
     path = write("newest.trace", b"".join(lines))
     for conf, segments, reserved in (("", 2, 40), ("large_segment_size_mb:64", 1, 64),
                                      ("large_segment_size_mb:8", 4, 32)):
-        got = replay_json(path, "--conf", conf)
+        got = replay_json(path, "--conf", ",".join(filter(None, ("compact_segments:False", conf))))
         check(got.get("num_device_alloc") == segments and got.get("peak_reserved_bytes") == reserved << 20,
               f"replay under '{conf}': {got.get('num_device_alloc')} segments, {got.get('peak_reserved_bytes')} bytes")
-    plain = replay_json(path, "--capacity", "36M")
-    thrown = replay_json(path, "--capacity", "36M", "--conf", "throw_on_cudamalloc_oom:True")
+    plain = replay_json(path, "--capacity", "36M", "--conf", "compact_segments:False")
+    thrown = replay_json(path, "--capacity", "36M", "--conf", "compact_segments:False,throw_on_cudamalloc_oom:True")
     check(plain.get("num_ooms") == thrown.get("num_ooms") and plain.get("num_ooms", 0) > 0 and
           plain.get("peak_reserved_bytes") == thrown.get("peak_reserved_bytes"),
           f"throw_on_cudamalloc_oom changes what a replay can hold: {plain} vs {thrown}")

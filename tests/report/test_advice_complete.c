@@ -189,7 +189,7 @@ static void measured_lower_rules(void)
     char rec[600], peak_now[64], peak_rec[64];
     snprintf(peak_rec, sizeof peak_rec, "%.1f MiB", mib(w->rows[6].peak_reserved));
     snprintf(peak_now, sizeof peak_now, "%.1f MiB", mib(now));
-    snprintf(rec, sizeof rec, "recommended: the defaults (CCI_ALLOC_CONF unset): peak reserved %s instead of %s "
+    snprintf(rec, sizeof rec, "recommended: the defaults (CCI_ALLOC_CONF unset: compact segments): peak reserved %s instead of %s "
              "(\xe2\x88\x92", peak_rec, peak_now);
     const char *whatif[] = {rec, cap, "Its cost: ", NULL};
     size_t n = expect(&d, "what_if", "so these figures cover the start of the run only.", whatif);
@@ -201,7 +201,7 @@ static void measured_lower_rules(void)
     note(expect(&d, "max_split_size", split_tail, NULL));
     // The recommendation is referred to, not repeated; the lower virtual-memory modes cost no more
     // calls here, so they are not named as passed over either.
-    const char *best_tail = " Replayed: the defaults (CCI_ALLOC_CONF unset) (above).";
+    const char *best_tail = " Replayed: the defaults (CCI_ALLOC_CONF unset: compact segments) (above).";
     note(expect(&d, "peak_waste", best_tail, NULL));
     CHECK(!strstr(text_of(&d, "peak_waste"), "Passed over"), "peak_waste names modes passed over for no reason");
     (void)gexp, (void)gcompact;
@@ -255,7 +255,8 @@ static void limit_rules(int measured)
     const char *unused[] = {lim, NULL};
     note(expect(&d, "unused_limit", "the limit changes nothing for this program.", unused));
     if (measured) {
-        note(expect(&d, "oversize_idle", " Dropping the limit: the defaults (CCI_ALLOC_CONF unset) (above).", NULL));
+        note(expect(&d, "oversize_idle", " Dropping the limit: the defaults (CCI_ALLOC_CONF unset: compact segments) (above).",
+                        NULL));
     } else {
         note(expect(&d, "oversize_idle", "`ccreplay --sweep` on a recorded trace compares the choices.", NULL));
     }

@@ -154,6 +154,7 @@ static void test_timeline(void)
 {
     cci_config cfg;
     cci_config_default(&cfg);
+    cfg.compact_segments = 0;  // ordinary segments: compact mode's page moves are not sampled alike
     cci_sim_device *sim = cci_sim_create((size_t)64 << 30);
     cci_allocator *a = cci_allocator_create(1, &cfg, cci_sim_backend(sim));
     cci_report_timeline *tl = cci_report_timeline_create(8, CCI_TIMELINE_CLOCK_EVENTS);

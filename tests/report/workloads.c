@@ -14,6 +14,9 @@ static int setup(workload *w, int device, size_t capacity, const char *conf)
     memset(w, 0, sizeof *w);
     cci_config cfg;
     cci_config_default(&cfg);
+    // The workloads show fragmentation of ordinary segments (the goldens' figures): the default
+    // would be compact segments on the simulated device. A conf may still name another mode.
+    cfg.compact_segments = 0;
     char err[256];
     if (conf && cci_config_parse(&cfg, conf, "test", err, sizeof err, NULL, NULL) != 0) {
         fprintf(stderr, "workload config: %s\n", err);
