@@ -53,7 +53,7 @@ timing_of() {  # WORKLOAD: sets `timing`, torch_run.py's timing options for it
 part_on() { [[ " $CHECK_PARTS " == *" $1 "* ]]; }
 for c in $CONFIGS; do
     case $c in
-        native | native-expandable | ours | ours-fences | ours-immediate | ours-expandable | ours-compact | \
+        native | native-expandable | ours | ours-fences | ours-immediate | ours-expandable | ours-compact | ours-ordinary | \
             ours-torch-cache) ;;
         *) cci_say "CONFIGS: unknown configuration '$c'"; exit 1 ;;
     esac
@@ -131,8 +131,9 @@ fi
 
 # ---- PyTorch workloads ---------------------------------------------------------------------
 # Configurations: PyTorch's own allocator (native, expandable segments), and ours under
-# PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode, immediate_reuse, PyTorch's expandable
-# segments and our compacting mode; ours-fences: the default mode with a fence per batch of frees
+# PYTORCH_NO_CUDA_MEMORY_CACHING=1 in the default mode (compact segments where the device offers
+# the virtual-memory API), immediate_reuse, PyTorch's expandable segments, our compacting mode by
+# name and ordinary segments (ours-ordinary: compact_segments:False); ours-fences: the default mode with a fence per batch of frees
 # (CCI_REUSE_ORDERS=0, the policy before orders at reuse); ours-torch-cache: ours in the default mode under PyTorch's own
 # cache (the other way a PyTorch user can run us). CONFIGS selects a subset, WORKLOADS the
 # workloads.
@@ -145,6 +146,7 @@ config_env() {
         ours-immediate) echo "CCI_ALLOC_CONF=immediate_reuse:True" ;;
         ours-expandable) echo "CCI_ALLOC_CONF=expandable_segments:True" ;;
         ours-compact) echo "CCI_ALLOC_CONF=${CCI_COMPACT_CONF:-compact_segments:True}" ;;
+        ours-ordinary) echo "CCI_ALLOC_CONF=compact_segments:False" ;;
     esac
 }
 run_torch() {  # WORKLOAD CONFIG ROUND

@@ -94,6 +94,7 @@ generation() {
                         [[ $c == ours-expandable ]] && conf=expandable_segments:True
                         [[ $c == ours-compact ]] && conf=compact_segments:True
                         [[ $c == ours-immediate ]] && conf=immediate_reuse:True
+                        [[ $c == ours-ordinary ]] && conf=compact_segments:False
                         e+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "LD_PRELOAD=$CCI_PRELOAD" CCI_REPORT=off CCI_LOG=info "CCI_ALLOC_CONF=$conf") ;;
             esac
             (( $(cci_left) < 45 )) && { echo "== out of time before $c round $r"; return 1; }

@@ -68,7 +68,7 @@ def rx(v, suffix="x"):
 CHECK_LABELS = {
     "native": "PyTorch native", "native-expandable": "PyTorch expandable",
     "ours": "ours default", "ours-fences": "ours, fences per batch", "ours-immediate": "ours immediate", "ours-expandable": "ours expandable",
-    "ours-compact": "ours compact", "ours-torch-cache": "ours + PyTorch cache",
+    "ours-compact": "ours compact", "ours-ordinary": "ours ordinary segments", "ours-torch-cache": "ours + PyTorch cache",
     "ours-no-budget": "ours, no fence budget", "ours-pluggable": "ours as PyTorch's pluggable allocator",
     "ours-async": "ours behind PyTorch's backend:cudaMallocAsync",
     "ours-async-compact": "ours compact behind backend:cudaMallocAsync",
