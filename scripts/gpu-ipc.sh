@@ -69,9 +69,9 @@ done
 for s in $SCENARIOS; do
     [[ " $ALL_SCENARIOS " == *" $s "* ]] || { cci_say "IPC_SCENARIOS: unknown scenario '$s'"; exit 1; }
 done
-OUT=$CCI_GPU_OUT/ipc
-rm -rf "$OUT" && mkdir -p "$OUT"
-RESULTS=$OUT/results.jsonl
+IPC_LOGS=$CCI_GPU_OUT/ipc
+rm -rf "$IPC_LOGS" && mkdir -p "$IPC_LOGS"
+RESULTS=$IPC_LOGS/results.jsonl
 : >"$RESULTS"
 status=0
 
@@ -97,7 +97,7 @@ judged() { [[ $1 != native-ref && $1 != setpriv-native ]]; }
 # run_ipc CONFIG SCENARIO: one ipc_pair process (it spawns A and B), its JSON line into
 # results.jsonl with the configuration and whether it is judged.
 run_ipc() {
-    local c=$1 sc=$2 rc=0 line bin=$CCI_BIN/ipc_pair.shared log=$OUT/$1-$2.log
+    local c=$1 sc=$2 rc=0 line bin=$CCI_BIN/ipc_pair.shared log=$IPC_LOGS/$1-$2.log
     local envs=(-u LD_PRELOAD -u CCI_ALLOC_CONF -u PYTORCH_NO_CUDA_MEMORY_CACHING CCI_REPORT=off) wrap=()
     local ours=("LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info)
     case $c in
@@ -129,8 +129,8 @@ if on setpriv-ours || on setpriv-native; then
         CONFIGS=" $CONFIGS "
         CONFIGS=${CONFIGS// setpriv-ours / }
         CONFIGS=${CONFIGS// setpriv-native / }
-    elif ! setpriv --bounding-set -sys_ptrace --inh-caps -sys_ptrace true 2>"$OUT/setpriv-probe.log"; then
-        cci_say "setpriv may not drop CAP_SYS_PTRACE here ($(head -c 200 "$OUT/setpriv-probe.log")): left out"
+    elif ! setpriv --bounding-set -sys_ptrace --inh-caps -sys_ptrace true 2>"$IPC_LOGS/setpriv-probe.log"; then
+        cci_say "setpriv may not drop CAP_SYS_PTRACE here ($(head -c 200 "$IPC_LOGS/setpriv-probe.log")): left out"
         CONFIGS=" $CONFIGS "
         CONFIGS=${CONFIGS// setpriv-ours / }
         CONFIGS=${CONFIGS// setpriv-native / }
@@ -139,14 +139,14 @@ fi
 
 # torch_ipc.py: MODE (nocache, cache) and CONFIG (native, ours); its JSON line into torch.jsonl.
 run_torch() {
-    local m=$1 c=$2 rc=0 line log=$OUT/torch-$1-$2.log
+    local m=$1 c=$2 rc=0 line log=$IPC_LOGS/torch-$1-$2.log
     local envs=(-u LD_PRELOAD -u CCI_ALLOC_CONF -u PYTORCH_NO_CUDA_MEMORY_CACHING CCI_REPORT=off)
     [[ $m == nocache ]] && envs+=(PYTORCH_NO_CUDA_MEMORY_CACHING=1)
     [[ $c == ours ]] && envs+=("LD_PRELOAD=$CCI_PRELOAD" CCI_LOG=info)
     cci_run 200 "$log" env "${envs[@]}" "$PYTHON" tests/gpu/torch_ipc.py || rc=$?
     line=$(grep '^{' "$log" | tail -n 1)
     [[ -n $line ]] || line="{\"ok\": false, \"error\": \"exit $rc without a JSON line\"}"
-    echo "{\"config\": \"$c\", \"torch_mode\": \"$m\", \"rc\": $rc, ${line#\{}" >>"$OUT/torch.jsonl"
+    echo "{\"config\": \"$c\", \"torch_mode\": \"$m\", \"rc\": $rc, ${line#\{}" >>"$IPC_LOGS/torch.jsonl"
     cci_say "torch_ipc $m $c: exit $rc ${line:0:200}"
     return $rc
 }
@@ -160,7 +160,7 @@ for c in native ours; do
     done
 done
 if [[ ${IPC_TORCH:-1} != 0 ]]; then
-    : >"$OUT/torch.jsonl"
+    : >"$IPC_LOGS/torch.jsonl"
     for m in nocache cache; do
         rc=0
         run_torch "$m" native || rc=$?
@@ -179,7 +179,7 @@ for c in ours-compact ours-expandable static-native static-ours setpriv-ours set
 done
 
 # The table (and the torch verdicts: identical checksums, or the same refusal as natively).
-"$PYTHON" - "$OUT" >"$OUT/table.txt" 2>&1 <<'EOF' || status=1
+"$PYTHON" - "$IPC_LOGS" >"$IPC_LOGS/table.txt" 2>&1 <<'EOF' || status=1
 import json, os, sys
 out = sys.argv[1]
 def load(name):
@@ -253,6 +253,6 @@ for f in "$CCI_GPU_OUT"/nvcc-ipc_pair.*.log "$CCI_GPU_OUT"/build-*.log; do
 done
 tar -czf "$CCI_GPU_OUT/ipc-logs.tar.gz" -C "$CCI_GPU_OUT" ipc ${extra[@]+"${extra[@]}"} || cci_say "tar failed"
 echo
-cci_say "gpu-ipc: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s; logs in $OUT and $CCI_GPU_OUT/ipc-logs.tar.gz"
-cat "$OUT/table.txt"
+cci_say "gpu-ipc: $([[ $status == 0 ]] && echo PASSED || echo FAILED) in $((SECONDS - CCI_T0)) s; logs in $IPC_LOGS and $CCI_GPU_OUT/ipc-logs.tar.gz"
+cat "$IPC_LOGS/table.txt"
 exit $status
