@@ -13,6 +13,7 @@ static _Thread_local int hash_oom;
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,9 +91,14 @@ static export_rec *exports_by_id, *exports_by_addr;
 static import_rec *imports_by_key, *imports_by_ptr;
 static uint64_t next_id;
 _Atomic unsigned cci__ipc_exports;
+// Descriptors kept by exports (ipc_lock): at most a quarter of the process's descriptor limit, so
+// that sharing many blocks never leaves the program without descriptors; past it, an open exports
+// the pages again and keeps nothing.
+static size_t cached_fds, cache_limit;
 
 static void export_free(export_rec *e)
 {
+    cached_fds -= e->npieces;
     for (size_t i = 0; i < e->npieces; i++)
         close(e->pieces[i].fd);
     free(e->pieces);
@@ -129,19 +135,43 @@ static void on_grant(uint64_t id, cci_ipc_grant *g)
     export_rec *e = NULL;
     HASH_FIND(hh, exports_by_id, &id, sizeof id, e);
     g->status = !e || e->freed ? CCI_IPC_GONE : CCI_IPC_FAILED;
-    if (g->status == CCI_IPC_FAILED && !e->pieces &&
-        cci_cuda_vmm_export(e->device, e->block, e->size, &e->pieces, &e->npieces, &e->skip) != CCI_OK)
-        e->npieces = 0;
+    int keep = 1;  // the pieces stay with the export (else they go with this answer)
+    if (g->status == CCI_IPC_FAILED && !e->pieces) {
+        if (!cache_limit) {
+            struct rlimit rl;
+            cache_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur / 4 : 256;
+        }
+        if (cci_cuda_vmm_export(e->device, e->block, e->size, &e->pieces, &e->npieces, &e->skip) != CCI_OK)
+            e->npieces = 0;
+        keep = cached_fds + 2 * e->npieces <= cache_limit;  // kept, and their copies in flight
+        if (keep)
+            cached_fds += e->npieces;
+    }
     size_t n = g->status == CCI_IPC_FAILED ? e->npieces : 0, copied = 0;
     if (n) {
         g->fds = malloc(n * sizeof *g->fds);
         g->sizes = malloc(n * sizeof *g->sizes);
         for (; g->fds && g->sizes && copied < n; copied++) {
-            g->fds[copied] = dup(e->pieces[copied].fd);  // the transport closes what it sends
+            // The transport closes what it sends: a copy of a kept descriptor, or the one made now.
+            g->fds[copied] = keep ? dup(e->pieces[copied].fd) : e->pieces[copied].fd;
             if (g->fds[copied] < 0)
                 break;
             g->sizes[copied] = e->pieces[copied].size;
         }
+    }
+    if (!keep) {  // what the answer did not take is closed here; the export keeps nothing
+        for (size_t i = copied; i < e->npieces; i++)
+            close(e->pieces[i].fd);
+        if (copied < n) {
+            for (size_t i = 0; i < copied; i++)
+                close(g->fds[i]);
+            copied = 0;
+        }
+        free(e->pieces);
+        e->pieces = NULL;
+        e->npieces = 0;
+        if (!copied)
+            n = 0;
     }
     if (n && copied == n) {
         g->status = CCI_IPC_GRANTED;
@@ -458,5 +488,6 @@ void cci_serve_ipc_atfork_child(void)
     }
     imports_by_ptr = NULL;
     atomic_store(&cci__ipc_exports, 0);
+    cached_fds = 0;
     cci_ipc_socket_atfork_child();
 }

@@ -15,6 +15,8 @@
 //   no-preload     B runs without the preload: CUDA refuses the handle, no pointer comes back
 //   stale          handles of a freed block, of a process that exited, damaged, or A's own
 //   no-fd          the device offers no exportable pages: the export is refused with one line
+//   few-fds        A's descriptor limit leaves room for one block's pages, B opens four at once:
+//                  the exporter keeps descriptors for what fits and exports the rest per open
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -26,7 +28,9 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -377,6 +381,43 @@ static void stale(const char *self, pid_t *pid)
     *pid = start_peer(self, 1);
 }
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void few_fds(void)
+{
+    void *x[4];
+    for (int i = 0; i < 4; i++)
+        x[i] = alloc_filled(64 * MiB, 20 + (uint64_t)i);  // 32 pages each in compact mode
+    // Room for 48 more descriptors: one block's 32 pages in flight, never one kept as well.
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit");
+    rl.rlim_cur = (rlim_t)open_fds() + 48;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "descriptor limit lowered to %llu", (unsigned long long)rl.rlim_cur);
+    for (int i = 0; i < 4; i++) {
+        msg m = export_of(x[i], 64 * MiB, 20 + (uint64_t)i);
+        m.cmd = M_OPEN_KEEP;
+        CHECK(ask(m).ok, "B opened block %d while the others stay open", i);
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(ask((msg){.cmd = M_VERIFY, .size = 64 * MiB, .seed = 20 + (uint64_t)i}).ok, "B reads block %d", i);
+        CHECK(ask((msg){.cmd = M_CLOSE, .seed = 20 + (uint64_t)i}).ok, "B closed block %d", i);
+    }
+    msg m = export_of(x[3], 64 * MiB, 23);  // opened again: exported again, nothing kept
+    CHECK(ask(m).ok, "B opened block 3 again");
+    for (int i = 0; i < 4; i++)
+        CUDA_OK(cudaFree(x[i]));
+    CHECK(open_fds() < (int)rl.rlim_cur - 16, "descriptors given back (%d open)", open_fds());
+}
+
 static void no_fd(void)
 {
     void *x = alloc_filled(4 * MiB, 19);
@@ -431,6 +472,8 @@ int main(int argc, char **argv)
         stale(argv[0], &pid);
     else if (!strcmp(sc, "no-fd"))
         no_fd();
+    else if (!strcmp(sc, "few-fds"))
+        few_fds();
     else {
         printf("unknown scenario %s\n", sc);
         return 2;
