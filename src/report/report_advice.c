@@ -356,13 +356,25 @@ static void rule_churn(cci_report_device *d)
     if (st->num_device_free < CHURN_MIN_FREES || st->num_device_alloc < 4 * (peak_segs ? peak_segs : 1))
         return;
     cci_sb b = {0};
-    cci__sb_printf(&b,
-                   "%llu device allocations (num_device_alloc) and %llu device frees (num_device_free) for a "
-                   "peak of %llu segments: cached sizes churn, and every cudaMalloc/cudaFree synchronises the "
-                   "device. Calls to empty_cache(), a low garbage_collection_threshold or allocation retries "
-                   "release segments that are soon needed again.",
-                   (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
-                   (unsigned long long)peak_segs);
+    // In the virtual-memory modes a device allocation is a growth mapped with cuMemMap and a free
+    // an unmap: driver calls the host waits for, but no device synchronisation as cudaFree's.
+    if (d->vmm_calls.mode)
+        cci__sb_printf(&b,
+                       "%llu growths (num_device_alloc) and %llu give-backs (num_device_free) of virtual-memory "
+                       "pages for a peak of %llu segments: cached sizes churn, and each is a driver call the "
+                       "host waits for (cuMemMap / cuMemUnmap, tens of microseconds each). Calls to "
+                       "empty_cache(), a low garbage_collection_threshold or allocation retries give back "
+                       "pages that are soon needed again.",
+                       (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
+                       (unsigned long long)peak_segs);
+    else
+        cci__sb_printf(&b,
+                       "%llu device allocations (num_device_alloc) and %llu device frees (num_device_free) for "
+                       "a peak of %llu segments: cached sizes churn, and every cudaMalloc/cudaFree synchronises "
+                       "the device. Calls to empty_cache(), a low garbage_collection_threshold or allocation "
+                       "retries release segments that are soon needed again.",
+                       (unsigned long long)st->num_device_alloc, (unsigned long long)st->num_device_free,
+                       (unsigned long long)peak_segs);
     if (measured(d))
         best_clause(&b, d);
     add_sb(d, "churn", &b);
