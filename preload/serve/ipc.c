@@ -4,9 +4,10 @@
 // after, and no socket wait happens under it.
 //
 // uthash would exit the process when it cannot grow a table: a failed insert is answered instead.
-static _Thread_local int hash_oom;
+// Whether an insert took is asked of the table itself (an insert whose table could not grow is
+// in it; one whose table could not be made is not).
 #define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+#define uthash_nonfatal_oom(obj) ((void)(obj))
 
 #include "ipc.h"
 
@@ -266,12 +267,19 @@ int cci_serve_ipc_export(int level, const char *fn, uintptr_t p, void *handle)
     HASH_FIND(by_addr, exports_by_addr, &block, sizeof block, e);
     if (!e && (e = calloc(1, sizeof *e)) != NULL) {
         *e = (export_rec){.id = ++next_id, .block = block, .size = block_size, .device = device};
-        hash_oom = 0;
+        export_rec *f = NULL;
         HASH_ADD(hh, exports_by_id, id, sizeof e->id, e);
-        if (!hash_oom)
+        HASH_FIND(hh, exports_by_id, &e->id, sizeof e->id, f);
+        int by_id = f == e, both = 0;
+        if (by_id) {
             HASH_ADD(by_addr, exports_by_addr, block, sizeof e->block, e);
-        if (hash_oom) {
-            HASH_DELETE(hh, exports_by_id, e);  // harmless when the first add failed
+            f = NULL;
+            HASH_FIND(by_addr, exports_by_addr, &e->block, sizeof e->block, f);
+            both = f == e;
+        }
+        if (!both) {
+            if (by_id)
+                HASH_DELETE(hh, exports_by_id, e);
             free(e);
             e = NULL;
         } else {
@@ -416,12 +424,18 @@ int cci_serve_ipc_open(const char *fn, const void *handle, int device, uintptr_t
     if (again) {
         again->refs++;
     } else {
-        hash_oom = 0;
         HASH_ADD(hh, imports_by_key, key, sizeof r->key, r);
-        if (!hash_oom)
+        import_rec *f = import_find(&k);
+        int by_key = f == r, both = 0;
+        if (by_key) {
             HASH_ADD(by_ptr, imports_by_ptr, ptr, sizeof r->ptr, r);
-        if (hash_oom) {
-            HASH_DELETE(hh, imports_by_key, r);
+            f = NULL;
+            HASH_FIND(by_ptr, imports_by_ptr, &r->ptr, sizeof r->ptr, f);
+            both = f == r;
+        }
+        if (!both) {
+            if (by_key)
+                HASH_DELETE(hh, imports_by_key, r);
             again = r;  // undone below, as a duplicate would be
             *why = CCI_IPC_OPEN_NO_MEMORY;
         }
