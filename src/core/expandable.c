@@ -314,6 +314,13 @@ static cci_block *find_room(cci_allocator *a, size_t rounded, int small, uint64_
 cci_block *cci__exp_grow(cci_allocator *a, size_t rounded, int small, uint64_t stream, int *rc)
 {
     cci_exp *e = a->exp;
+    // More than the device holds (or than an address range can be rounded to) can never be mapped:
+    // said at once, before a segment's book-keeping is sized for it (a range of 2^63 bytes would
+    // want a page table of 2^42 entries).
+    if (rounded > (a->capacity ? a->capacity : SIZE_MAX / 2) || rounded > SIZE_MAX / 2) {
+        *rc = CCI_EOOM;
+        return NULL;
+    }
     size_t reserved = (size_t)a->st.reserved_bytes[CCI_POOL_ALL].current;
     // The fraction cap counts mapped bytes. PyTorch checks it against the segment a cudaMalloc
     // would have asked for, whatever the growth maps; compact mode against the pages it maps.
